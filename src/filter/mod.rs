@@ -1,0 +1,265 @@
+//! Point-read filters: the trait every policy implements, the one hash a key
+//! gets, and the decoder that reads any built-in filter from its bytes alone.
+//!
+//! # The read path
+//!
+//! A point read hashes its user key once with [`key_hash`] (XXH3-64) and hands
+//! that hash to every table it consults. Each table asks its filter first; a
+//! "definitely absent" answer skips the table without touching a data block.
+//!
+//! # Self-describing bytes
+//!
+//! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
+//! [`FORMAT_RIBBON`]) preceded by that format's own small trailer (sizes, probe
+//! count or seed). A table written under one policy therefore stays readable
+//! after the database switches to another: [`Filter::decode`] and the free
+//! function [`may_contain`] pick the right implementation from the bytes. Bytes
+//! that are empty, truncated, or carry an unknown id or impossible parameters
+//! are never trusted: they decode to a filter that answers "may contain" for
+//! every key (no filtering, still correct), and each such decode is counted in
+//! [`undecodable_filters`]. A flipped bit *inside* the bit array cannot be seen
+//! here; the table's block checksum catches it before the filter is decoded.
+//!
+//! # Policies
+//!
+//! * [`BloomPolicy`]: a cache-local blocked Bloom filter (one 64-byte line per
+//!   key), the default at 10 bits/key.
+//! * `RibbonPolicy`: a standard Ribbon filter, about 30% smaller than the
+//!   blocked Bloom filter at the same false-positive rate, for more build CPU.
+//! * [`NoFilter`]: no bytes, every key "may be present": the baseline.
+//!
+//! Users can implement [`FilterPolicy`] themselves; such a filter is decoded by
+//! the policy of the same [`name`](FilterPolicy::name) given to the database.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub mod bloom;
+
+pub use bloom::BloomPolicy;
+
+/// Format id (last byte) of a blocked Bloom filter.
+pub const FORMAT_BLOOM: u8 = 0x01;
+/// Format id (last byte) of a standard Ribbon filter.
+pub const FORMAT_RIBBON: u8 = 0x02;
+
+/// Prefix of the names of built-in policies. Filters recorded under such a
+/// name are decoded from their bytes, whatever policy the database now uses.
+pub const BUILTIN_NAME_PREFIX: &str = "sievedb.";
+
+/// The one hash a key gets: XXH3, 64 bits.
+///
+/// A point read computes it once and reuses it for every table it consults;
+/// filters derive all their probe positions from it.
+#[inline]
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// A way of building and querying point-read filters.
+///
+/// Object-safe: the engine holds the policy as `Arc<dyn FilterPolicy>`. A
+/// filter must never give a false negative: if `h` was among the hashes passed
+/// to [`build`](FilterPolicy::build), `may_contain(filter, h)` is true.
+pub trait FilterPolicy: Send + Sync {
+    /// A stable name recorded in every table built with this policy. Built-in
+    /// policies use names that start with [`BUILTIN_NAME_PREFIX`].
+    fn name(&self) -> &str;
+
+    /// Builds filter bytes for a set of key hashes (from [`key_hash`]).
+    /// Duplicate hashes are allowed.
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8>;
+
+    /// Answers whether `key_hash` may have been among the built hashes.
+    /// Must return `true` for bytes it cannot interpret.
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool;
+}
+
+impl fmt::Debug for dyn FilterPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FilterPolicy({})", self.name())
+    }
+}
+
+/// The baseline policy: builds no bytes; every key "may be present", so every
+/// point read goes to the table's data blocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFilter;
+
+impl NoFilter {
+    /// The name recorded in tables built without a filter.
+    pub const NAME: &'static str = "sievedb.NoFilter";
+}
+
+impl FilterPolicy for NoFilter {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+    fn build(&self, _key_hashes: &[u64]) -> Vec<u8> {
+        Vec::new()
+    }
+    fn may_contain(&self, _filter: &[u8], _key_hash: u64) -> bool {
+        true
+    }
+}
+
+static UNDECODABLE: AtomicU64 = AtomicU64::new(0);
+
+/// How many filters, since the process started, could not be decoded (unknown
+/// format id, truncated or inconsistent trailer, unknown custom policy) and
+/// were therefore treated as "may contain" for every key.
+pub fn undecodable_filters() -> u64 {
+    UNDECODABLE.load(Ordering::Relaxed)
+}
+
+/// Why a filter answers "may contain" for every key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfiltered {
+    /// The table was built without a filter (empty bytes).
+    NoFilter,
+    /// The bytes could not be decoded (counted in [`undecodable_filters`]).
+    Undecodable,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Bloom(bloom::BloomLayout),
+    Custom(Arc<dyn FilterPolicy>),
+    All(Unfiltered),
+}
+
+/// A decoded filter, ready to answer queries without re-parsing its bytes.
+///
+/// Tables decode their filter once when they are opened.
+#[derive(Clone)]
+pub struct Filter {
+    bytes: Box<[u8]>,
+    kind: Kind,
+}
+
+impl fmt::Debug for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Bloom(_) => "bloom",
+            Kind::Custom(p) => p.name(),
+            Kind::All(Unfiltered::NoFilter) => "none",
+            Kind::All(Unfiltered::Undecodable) => "undecodable",
+        };
+        f.debug_struct("Filter")
+            .field("kind", &kind)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl Filter {
+    /// Decodes built-in filter bytes from the bytes alone.
+    pub fn decode(bytes: impl Into<Box<[u8]>>) -> Filter {
+        let bytes = bytes.into();
+        let kind = Self::decode_builtin(&bytes);
+        Filter { bytes, kind }
+    }
+
+    /// Decodes the filter of a table whose properties record `policy_name`.
+    ///
+    /// Built-in names are decoded from the bytes. A custom name is decoded by
+    /// `current` when `current` has that name; otherwise the filter cannot be
+    /// read and answers "may contain" (counted, never a false negative).
+    pub fn for_policy(
+        policy_name: &str,
+        bytes: impl Into<Box<[u8]>>,
+        current: &Arc<dyn FilterPolicy>,
+    ) -> Filter {
+        let bytes = bytes.into();
+        let kind = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
+            Self::decode_builtin(&bytes)
+        } else if current.name() == policy_name {
+            Kind::Custom(Arc::clone(current))
+        } else {
+            UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+            Kind::All(Unfiltered::Undecodable)
+        };
+        Filter { bytes, kind }
+    }
+
+    fn decode_builtin(bytes: &[u8]) -> Kind {
+        let decoded = match bytes.last() {
+            None => return Kind::All(Unfiltered::NoFilter),
+            Some(&FORMAT_BLOOM) => bloom::BloomLayout::parse(bytes).map(Kind::Bloom),
+            Some(_) => None,
+        };
+        decoded.unwrap_or_else(|| {
+            UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+            Kind::All(Unfiltered::Undecodable)
+        })
+    }
+
+    /// False only if `key_hash` was certainly not among the built hashes.
+    #[inline]
+    pub fn may_contain(&self, key_hash: u64) -> bool {
+        match &self.kind {
+            Kind::Bloom(layout) => layout.may_contain(&self.bytes, key_hash),
+            Kind::Custom(policy) => policy.may_contain(&self.bytes, key_hash),
+            Kind::All(_) => true,
+        }
+    }
+
+    /// `Some(reason)` when this filter filters nothing.
+    pub fn unfiltered(&self) -> Option<Unfiltered> {
+        match self.kind {
+            Kind::All(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Size of the filter's bytes (what it costs in memory).
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// A short name of the decoded format: `"bloom"`, `"ribbon"`, `"none"`,
+    /// `"undecodable"` or the custom policy's name.
+    pub fn format_name(&self) -> &str {
+        match &self.kind {
+            Kind::Bloom(_) => "bloom",
+            Kind::Custom(p) => p.name(),
+            Kind::All(Unfiltered::NoFilter) => "none",
+            Kind::All(Unfiltered::Undecodable) => "undecodable",
+        }
+    }
+}
+
+/// Answers a query against built-in filter bytes, decoding them on the fly.
+///
+/// Empty, unknown or damaged bytes answer `true` ("may contain"). Tables
+/// decode once with [`Filter::decode`] instead of calling this per key.
+pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
+    match filter_bytes.last() {
+        None => true,
+        Some(&FORMAT_BLOOM) => match bloom::BloomLayout::parse(filter_bytes) {
+            Some(layout) => layout.may_contain(filter_bytes, key_hash),
+            None => {
+                UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        },
+        Some(_) => {
+            UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+    }
+}
+
+/// Maps a 32-bit hash onto `0..n` without a division (Lemire's fastrange).
+#[inline]
+pub(crate) fn fastrange32(hash: u32, n: u32) -> u32 {
+    ((hash as u64 * n as u64) >> 32) as u32
+}
+
+/// Maps a 64-bit hash onto `0..n` without a division.
+#[inline]
+#[allow(dead_code)]
+pub(crate) fn fastrange64(hash: u64, n: u64) -> u64 {
+    ((hash as u128 * n as u128) >> 64) as u64
+}

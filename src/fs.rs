@@ -1,0 +1,106 @@
+//! The one small filesystem interface every write goes through.
+//!
+//! All file creation, appends, syncs, renames and removals the engine makes
+//! go through a [`FileSystem`], so tests can substitute an implementation that
+//! loses unsynced data at a simulated power cut or fails the n-th call with
+//! an I/O error. [`RealFs`], the default, maps each call onto `std::fs`.
+//! Reads of immutable table files use memory maps of the real files; a test
+//! filesystem keeps real files on disk and changes them only at a cut.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+/// A file open for appending.
+pub trait WritableFile: Send {
+    /// Appends all of `data`.
+    fn append(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Makes everything appended so far durable (fsync / fdatasync).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// Filesystem operations used by the engine.
+pub trait FileSystem: Send + Sync + fmt::Debug {
+    /// Creates `path` and its parents if missing.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates (or truncates) `path` for writing.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens `path` for appending, creating it if missing.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Reads the whole of `path`.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes the file `path`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Names of the entries of directory `path`.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Truncates `path` to `len` bytes (used to drop a torn log tail).
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+}
+
+/// The real filesystem.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+struct RealFile {
+    file: File,
+}
+
+impl WritableFile for RealFile {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        self.file.write_all(data)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+impl FileSystem for RealFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Box::new(RealFile { file }))
+    }
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new().append(true).create(true).open(path)?;
+        Ok(Box::new(RealFile { file }))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        File::open(path)?.read_to_end(&mut out)?;
+        Ok(out)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(path)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        Ok(names)
+    }
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_len(len)?;
+        f.sync_all()
+    }
+}

@@ -1,0 +1,21 @@
+//! # sievedb
+//!
+//! An embeddable LSM-tree key-value store whose read path is built around
+//! swappable point-read filters.
+//!
+//! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
+//!   key hash, the blocked Bloom filter, the Ribbon filter and no filter.
+//! * [`stats`]: read I/O counters (filter checks, negatives, false positives,
+//!   data blocks read) and the tree's shape.
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod filter;
+pub mod fs;
+pub mod iter;
+pub mod key;
+pub mod stats;
+
+pub use error::{Error, Result};
+pub use stats::{LevelStats, Stats};

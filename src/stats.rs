@@ -1,0 +1,145 @@
+//! Read I/O counters and the database's shape, as users see them.
+//!
+//! The engine counts what each point read cost: how many filters it asked,
+//! how many said "absent" (a table skipped without I/O), how many said "maybe"
+//! for a key the table did not hold (a false positive: a wasted data-block
+//! read), and the data blocks and bytes it read. Counters are shared atomics
+//! updated with relaxed ordering; a [`Stats`] value is a snapshot of them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Live counters shared by the database and every table it opens.
+#[derive(Debug, Default)]
+pub struct ReadCounters {
+    /// Point reads served.
+    pub gets: AtomicU64,
+    /// Filters asked (one per table consulted by a point read).
+    pub filter_checks: AtomicU64,
+    /// Filters that answered "absent": tables skipped without reading data.
+    pub filter_negatives: AtomicU64,
+    /// Filters that answered "maybe" for a key the table did not hold.
+    pub filter_false_positives: AtomicU64,
+    /// Filters that answered "maybe" for a key the table did hold.
+    pub filter_true_positives: AtomicU64,
+    /// Data blocks read (by point reads and scans).
+    pub data_block_reads: AtomicU64,
+    /// Bytes of data blocks read.
+    pub bytes_read: AtomicU64,
+    /// Data blocks read by point reads only.
+    pub get_data_block_reads: AtomicU64,
+}
+
+impl ReadCounters {
+    /// Adds `n` to a counter.
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sets every counter to zero.
+    pub fn reset(&self) {
+        for c in [
+            &self.gets,
+            &self.filter_checks,
+            &self.filter_negatives,
+            &self.filter_false_positives,
+            &self.filter_true_positives,
+            &self.data_block_reads,
+            &self.bytes_read,
+            &self.get_data_block_reads,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Copies the counters into `stats`.
+    pub fn snapshot_into(&self, stats: &mut Stats) {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        stats.gets = l(&self.gets);
+        stats.filter_checks = l(&self.filter_checks);
+        stats.filter_negatives = l(&self.filter_negatives);
+        stats.filter_false_positives = l(&self.filter_false_positives);
+        stats.filter_true_positives = l(&self.filter_true_positives);
+        stats.data_block_reads = l(&self.data_block_reads);
+        stats.bytes_read = l(&self.bytes_read);
+        stats.get_data_block_reads = l(&self.get_data_block_reads);
+    }
+}
+
+/// The shape of one level of the tree.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LevelStats {
+    /// Tables in the level.
+    pub tables: u64,
+    /// Bytes of the level's table files.
+    pub bytes: u64,
+    /// Bytes of the level's filters (what they cost in memory).
+    pub filter_bytes: u64,
+    /// Entries (versions and tombstones) in the level's tables.
+    pub entries: u64,
+    /// Estimated distinct user keys in the level (merged HyperLogLog of its
+    /// tables).
+    pub distinct_keys: u64,
+}
+
+/// A snapshot of the database's counters and shape, from `Db::stats`.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Point reads served.
+    pub gets: u64,
+    /// Filters asked.
+    pub filter_checks: u64,
+    /// Filters that answered "absent".
+    pub filter_negatives: u64,
+    /// Filters that answered "maybe" for a key the table did not hold.
+    pub filter_false_positives: u64,
+    /// Filters that answered "maybe" for a key the table held.
+    pub filter_true_positives: u64,
+    /// Data blocks read, by point reads and scans.
+    pub data_block_reads: u64,
+    /// Bytes of data blocks read.
+    pub bytes_read: u64,
+    /// Data blocks read by point reads.
+    pub get_data_block_reads: u64,
+    /// Per-level shape, level 0 first.
+    pub levels: Vec<LevelStats>,
+    /// Estimated distinct user keys in all tables (merged HyperLogLog).
+    pub distinct_keys: u64,
+    /// Memtable flushes completed since open.
+    pub flushes: u64,
+    /// Compactions completed since open.
+    pub compactions: u64,
+    /// Bytes read from input tables by compactions since open.
+    pub compaction_bytes_read: u64,
+    /// Bytes written to output tables by compactions since open.
+    pub compaction_bytes_written: u64,
+    /// Bytes written to level-0 tables by flushes since open.
+    pub flush_bytes_written: u64,
+    /// Bytes of user data (keys and values) accepted by writes since open.
+    pub user_bytes_written: u64,
+}
+
+impl Stats {
+    /// Total bytes written to tables per byte of user data (write
+    /// amplification, counting flushes and compactions), or 0 when nothing
+    /// was written.
+    pub fn write_amplification(&self) -> f64 {
+        if self.user_bytes_written == 0 {
+            0.0
+        } else {
+            (self.flush_bytes_written + self.compaction_bytes_written) as f64
+                / self.user_bytes_written as f64
+        }
+    }
+
+    /// Total bytes of filters across all levels.
+    pub fn filter_bytes(&self) -> u64 {
+        self.levels.iter().map(|l| l.filter_bytes).sum()
+    }
+
+    /// Total table count across all levels.
+    pub fn tables(&self) -> u64 {
+        self.levels.iter().map(|l| l.tables).sum()
+    }
+}
