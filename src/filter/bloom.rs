@@ -88,7 +88,7 @@ pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
 /// `bits_per_key` bits per key and `probes` probes (Poisson-averaged over the
 /// number of keys that land in a line).
 pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
-    if !(bits_per_key > 0.0) || probes == 0 {
+    if bits_per_key.is_nan() || bits_per_key <= 0.0 || probes == 0 {
         return 1.0;
     }
     let lambda = LINE_BITS as f64 / bits_per_key;
@@ -236,7 +236,7 @@ impl BloomPolicy {
     /// The smallest bits/key (to 0.01) whose theoretical blocked-Bloom
     /// false-positive rate is at most `p`. `p` must lie in (0, 1).
     pub fn with_fp_rate(p: f64) -> Result<BloomPolicy> {
-        if !(p > 0.0 && p < 1.0) {
+        if p.is_nan() || p <= 0.0 || p >= 1.0 {
             return Err(Error::invalid(format!(
                 "false-positive rate must be in (0, 1), got {p}"
             )));
