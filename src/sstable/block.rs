@@ -1,0 +1,406 @@
+//! Blocks of prefix-compressed sorted entries with restart points: the
+//! builder used for data and index blocks, and a zero-copy reader.
+//!
+//! # Layout
+//!
+//! ```text
+//! entry*  restart_offset: u32 LE * num_restarts  num_restarts: u32 LE
+//! entry = shared: varint32 | unshared: varint32 | value_len: varint32
+//!         | key[shared..] (unshared bytes) | value (value_len bytes)
+//! ```
+//!
+//! `shared` is the length of the prefix the key has in common with the
+//! previous key of the block. Every `restart_interval`-th entry is a *restart
+//! point*: it stores its whole key (`shared == 0`) and its offset is listed
+//! in the restart array, so a reader binary-searches the restart points and
+//! then decodes at most `restart_interval` entries. Keys are encoded internal
+//! keys (`user_key ++ 8-byte trailer`, see [`crate::key`]).
+//!
+//! An empty block (no entries, `num_restarts == 0`) is only written as the
+//! index block of a table without entries.
+
+use std::cmp::Ordering;
+use std::ops::Range;
+
+use super::format::{get_varint32, put_varint64};
+use crate::key::TRAILER_LEN;
+
+/// Accumulates sorted entries into one block.
+#[derive(Debug)]
+pub(crate) struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    restart_interval: usize,
+    since_restart: usize,
+    last_key: Vec<u8>,
+    entries: usize,
+}
+
+impl BlockBuilder {
+    /// A builder that places a restart point every `restart_interval`
+    /// entries (at least 1).
+    pub(crate) fn new(restart_interval: usize) -> BlockBuilder {
+        BlockBuilder {
+            buf: Vec::new(),
+            restarts: Vec::new(),
+            restart_interval: restart_interval.max(1),
+            since_restart: 0,
+            last_key: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Appends an entry. The caller guarantees keys arrive in order and that
+    /// the block stays below 4 GiB (restart offsets are `u32`).
+    pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) {
+        let shared = if self.entries == 0 || self.since_restart >= self.restart_interval {
+            self.restarts.push(self.buf.len() as u32);
+            self.since_restart = 0;
+            0
+        } else {
+            self.last_key
+                .iter()
+                .zip(key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let unshared = &key[shared..];
+        put_varint64(&mut self.buf, shared as u64);
+        put_varint64(&mut self.buf, unshared.len() as u64);
+        put_varint64(&mut self.buf, value.len() as u64);
+        self.buf.extend_from_slice(unshared);
+        self.buf.extend_from_slice(value);
+        self.last_key.truncate(shared);
+        self.last_key.extend_from_slice(unshared);
+        self.since_restart += 1;
+        self.entries += 1;
+    }
+
+    /// Size of the block if it were finished now.
+    pub(crate) fn estimated_size(&self) -> usize {
+        self.buf.len() + self.restarts.len() * 4 + 4
+    }
+
+    /// True when no entry has been added since the last reset.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// The last key added.
+    pub(crate) fn last_key(&self) -> &[u8] {
+        &self.last_key
+    }
+
+    /// Appends the restart array and returns the finished block contents.
+    /// Call [`reset`](Self::reset) before adding to the next block.
+    pub(crate) fn finish(&mut self) -> &[u8] {
+        for r in &self.restarts {
+            self.buf.extend_from_slice(&r.to_le_bytes());
+        }
+        self.buf
+            .extend_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        &self.buf
+    }
+
+    /// Empties the builder, keeping its allocations.
+    pub(crate) fn reset(&mut self) {
+        self.buf.clear();
+        self.restarts.clear();
+        self.since_restart = 0;
+        self.last_key.clear();
+        self.entries = 0;
+    }
+}
+
+/// Damage found while decoding a block: the file offset of the bad bytes
+/// and what was wrong. The table turns it into [`crate::Error::Corruption`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockCorruption {
+    pub(crate) offset: u64,
+    pub(crate) reason: &'static str,
+}
+
+/// One decoded entry header.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryRef<'a> {
+    /// Bytes shared with the previous key.
+    pub(crate) shared: usize,
+    /// The rest of the key.
+    pub(crate) delta: &'a [u8],
+    /// The value, as a range inside the block contents.
+    pub(crate) value: Range<usize>,
+    /// Offset of the next entry.
+    pub(crate) next: usize,
+}
+
+/// Result of [`BlockView::seek`].
+#[derive(Debug, Clone)]
+pub(crate) struct SeekResult {
+    /// The first entry `>= target`: (value range, offset of the next entry).
+    /// Its key is left in the caller's key buffer. `None` if every entry of
+    /// the block is smaller than the target.
+    pub(crate) hit: Option<(Range<usize>, usize)>,
+    /// True when the entry just before the hit (or the last entry, if there
+    /// is no hit) lies in this block and has the target's user key.
+    pub(crate) prev_same_user: bool,
+    /// True when the hit is the block's first entry, so the entry before it
+    /// (if any) is in the previous block.
+    pub(crate) hit_is_first: bool,
+}
+
+/// Compares an encoded internal key with `(user_key, trailer)` in
+/// internal-key order (user key ascending, trailer descending). `key` must
+/// hold at least [`TRAILER_LEN`] bytes.
+#[inline]
+pub(crate) fn cmp_internal_parts(key: &[u8], user_key: &[u8], trailer: u64) -> Ordering {
+    let split = key.len().saturating_sub(TRAILER_LEN);
+    let (ku, kt) = key.split_at(split);
+    match ku.cmp(user_key) {
+        Ordering::Equal => {
+            let mut t = [0u8; TRAILER_LEN];
+            if kt.len() == TRAILER_LEN {
+                t.copy_from_slice(kt);
+            }
+            trailer.cmp(&u64::from_le_bytes(t))
+        }
+        other => other,
+    }
+}
+
+/// The user-key part of an encoded internal key (at least 8 bytes long).
+#[inline]
+pub(crate) fn user_part(key: &[u8]) -> &[u8] {
+    &key[..key.len().saturating_sub(TRAILER_LEN)]
+}
+
+/// A validated, borrowed view of one block's contents.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockView<'a> {
+    contents: &'a [u8],
+    entries_end: usize,
+    num_restarts: usize,
+    base: u64,
+}
+
+impl<'a> BlockView<'a> {
+    /// Checks the restart array of `contents`. `base` is the file offset of
+    /// the block, used to report where damage lies.
+    pub(crate) fn parse(contents: &'a [u8], base: u64) -> Result<BlockView<'a>, BlockCorruption> {
+        let corrupt = |at: usize, reason| BlockCorruption {
+            offset: base + at as u64,
+            reason,
+        };
+        let len = contents.len();
+        let Some(count_at) = len.checked_sub(4) else {
+            return Err(corrupt(0, "block shorter than its restart count"));
+        };
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&contents[count_at..]);
+        let num_restarts = u32::from_le_bytes(w) as usize;
+        let Some(entries_end) = num_restarts
+            .checked_mul(4)
+            .and_then(|r| count_at.checked_sub(r))
+        else {
+            return Err(corrupt(count_at, "restart count larger than the block"));
+        };
+        if (num_restarts == 0) != (entries_end == 0) {
+            return Err(corrupt(count_at, "restart count does not match entries"));
+        }
+        let view = BlockView {
+            contents,
+            entries_end,
+            num_restarts,
+            base,
+        };
+        if num_restarts > 0 && view.restart(0)? != 0 {
+            return Err(corrupt(entries_end, "first restart point is not at offset 0"));
+        }
+        Ok(view)
+    }
+
+    fn corrupt(&self, at: usize, reason: &'static str) -> BlockCorruption {
+        BlockCorruption {
+            offset: self.base + at as u64,
+            reason,
+        }
+    }
+
+    /// Offset one past the last entry.
+    pub(crate) fn entries_end(&self) -> usize {
+        self.entries_end
+    }
+
+    /// The block contents this view reads.
+    pub(crate) fn contents(&self) -> &'a [u8] {
+        self.contents
+    }
+
+    fn restart(&self, i: usize) -> Result<usize, BlockCorruption> {
+        let at = self.entries_end + i * 4;
+        let mut w = [0u8; 4];
+        match self.contents.get(at..at + 4) {
+            Some(b) => w.copy_from_slice(b),
+            None => return Err(self.corrupt(at, "restart index out of range")),
+        }
+        let off = u32::from_le_bytes(w) as usize;
+        if off >= self.entries_end {
+            return Err(self.corrupt(at, "restart point past the entries"));
+        }
+        Ok(off)
+    }
+
+    /// Decodes the entry header at `pos`; `prev_key_len` is the length of
+    /// the previous key (0 at a restart point).
+    #[inline]
+    pub(crate) fn entry(&self, pos: usize, prev_key_len: usize) -> Result<EntryRef<'a>, BlockCorruption> {
+        let entries = &self.contents[..self.entries_end];
+        let bad_header = || self.corrupt(pos, "bad entry header");
+        let (shared, p) = get_varint32(entries, pos).ok_or_else(bad_header)?;
+        let (unshared, p) = get_varint32(entries, p).ok_or_else(bad_header)?;
+        let (value_len, p) = get_varint32(entries, p).ok_or_else(bad_header)?;
+        if shared > prev_key_len {
+            return Err(self.corrupt(pos, "shared key prefix longer than the previous key"));
+        }
+        let Some(delta) = p.checked_add(unshared).and_then(|end| entries.get(p..end)) else {
+            return Err(self.corrupt(pos, "entry key runs past the block"));
+        };
+        let key_end = p + unshared;
+        let value_end = key_end.saturating_add(value_len);
+        if value_end > self.entries_end {
+            return Err(self.corrupt(pos, "entry value runs past the block"));
+        }
+        if shared + unshared < TRAILER_LEN {
+            return Err(self.corrupt(pos, "entry key shorter than its trailer"));
+        }
+        Ok(EntryRef {
+            shared,
+            delta,
+            value: key_end..value_end,
+            next: value_end,
+        })
+    }
+
+    /// Decodes the entry at `pos` into `key` (which holds the previous key)
+    /// and returns (value range, offset of the next entry).
+    #[inline]
+    pub(crate) fn next_into(
+        &self,
+        pos: usize,
+        key: &mut Vec<u8>,
+    ) -> Result<(Range<usize>, usize), BlockCorruption> {
+        let e = self.entry(pos, key.len())?;
+        key.truncate(e.shared);
+        key.extend_from_slice(e.delta);
+        Ok((e.value, e.next))
+    }
+
+    /// Finds the first entry whose key is `>= (user_key, trailer)`: a binary
+    /// search over the restart points comparing user-key bytes in place,
+    /// then a scan of at most one restart interval. `key` receives the hit's
+    /// key.
+    pub(crate) fn seek(
+        &self,
+        user_key: &[u8],
+        trailer: u64,
+        key: &mut Vec<u8>,
+    ) -> Result<SeekResult, BlockCorruption> {
+        key.clear();
+        if self.num_restarts == 0 {
+            return Ok(SeekResult {
+                hit: None,
+                prev_same_user: false,
+                hit_is_first: false,
+            });
+        }
+        // Invariant: restart `lo` is the first one, or its key is < target.
+        let (mut lo, mut hi) = (0usize, self.num_restarts - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            let off = self.restart(mid)?;
+            let e = self.entry(off, 0)?;
+            if cmp_internal_parts(e.delta, user_key, trailer) == Ordering::Less {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let mut pos = self.restart(lo)?;
+        let mut first = lo == 0;
+        let mut prev_same_user = false;
+        while pos < self.entries_end {
+            let (value, next) = self.next_into(pos, key)?;
+            if cmp_internal_parts(key, user_key, trailer) != Ordering::Less {
+                return Ok(SeekResult {
+                    hit: Some((value, next)),
+                    prev_same_user,
+                    hit_is_first: first,
+                });
+            }
+            prev_same_user = user_part(key) == user_key;
+            first = false;
+            pos = next;
+        }
+        Ok(SeekResult {
+            hit: None,
+            prev_same_user,
+            hit_is_first: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{encode_internal_key, pack_trailer, ValueKind};
+
+    fn ikey(user: &[u8], seq: u64) -> Vec<u8> {
+        let mut k = Vec::new();
+        encode_internal_key(&mut k, user, seq, ValueKind::Put);
+        k
+    }
+
+    #[test]
+    fn build_and_seek() {
+        let mut b = BlockBuilder::new(4);
+        let keys: Vec<Vec<u8>> = (0..50u32)
+            .map(|i| ikey(format!("key{:04}", i * 2).as_bytes(), 7))
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            b.add(k, format!("v{i}").as_bytes());
+        }
+        let contents = b.finish().to_vec();
+        let view = BlockView::parse(&contents, 0).unwrap();
+        let mut key = Vec::new();
+        for i in 0..100u32 {
+            let user = format!("key{:04}", i);
+            let r = view.seek(user.as_bytes(), pack_trailer(7, ValueKind::Put), &mut key).unwrap();
+            let want = i.div_ceil(2) as usize;
+            match r.hit {
+                Some((v, _)) => {
+                    assert_eq!(key, keys[want]);
+                    assert_eq!(&contents[v], format!("v{want}").as_bytes());
+                }
+                None => assert_eq!(want, 50),
+            }
+        }
+        // Walk all entries.
+        key.clear();
+        let (mut pos, mut n) = (0, 0);
+        while pos < view.entries_end() {
+            let (_, next) = view.next_into(pos, &mut key).unwrap();
+            assert_eq!(key, keys[n]);
+            n += 1;
+            pos = next;
+        }
+        assert_eq!(n, 50);
+    }
+
+    #[test]
+    fn rejects_bad_restart_arrays() {
+        assert!(BlockView::parse(&[1, 0, 0], 0).is_err());
+        assert!(BlockView::parse(&[0xff, 0, 0, 0], 0).is_err());
+        assert!(BlockView::parse(&[0, 0, 0, 0], 0).is_ok());
+        // One restart pointing past the (empty) entries.
+        assert!(BlockView::parse(&[9, 0, 0, 0, 1, 0, 0, 0], 0).is_err());
+    }
+}

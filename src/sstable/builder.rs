@@ -1,0 +1,361 @@
+//! Writes a table file from entries that arrive in internal-key order.
+//!
+//! Data blocks are streamed to the file as they fill; the index entries and
+//! the key hash of every distinct user key stay in memory until
+//! [`TableBuilder::finish`] builds the filter once and writes the filter,
+//! properties and index blocks and the footer (layout in
+//! [`crate::sstable`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::block::{user_part, BlockBuilder};
+use super::format::{
+    block_crc, encode_properties, encode_u64_property, BlockHandle, Footer, PROP_DATA_BLOCKS,
+    PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY,
+    PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
+    RESERVED_PROPERTY_PREFIX,
+};
+use super::{TableMeta, TableOptions};
+use crate::error::{Error, Result};
+use crate::filter::key_hash;
+use crate::fs::{FileSystem, WritableFile};
+use crate::key::{encode_internal_key, pack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE};
+
+/// Largest accepted user key (bytes). Keeps every block below the 4 GiB its
+/// `u32` restart offsets can address.
+pub const MAX_KEY_LEN: usize = 1 << 30;
+/// Largest accepted value (bytes), for the same reason as [`MAX_KEY_LEN`].
+pub const MAX_VALUE_LEN: usize = 1 << 30;
+/// Accepted range of [`TableOptions::block_bytes`].
+pub const BLOCK_BYTES_RANGE: std::ops::RangeInclusive<usize> = 64..=(64 << 20);
+/// Accepted range of [`TableOptions::restart_interval`].
+pub const RESTART_INTERVAL_RANGE: std::ops::RangeInclusive<usize> = 1..=1024;
+
+/// Bytes gathered before one `append` to the file (fewer system calls than
+/// one per block).
+const WRITE_BUFFER_BYTES: usize = 256 << 10;
+
+/// Streams sorted entries into a new table file.
+pub struct TableBuilder {
+    path: PathBuf,
+    file: Box<dyn WritableFile>,
+    file_number: u64,
+    opts: TableOptions,
+    /// File offset of the next block (bytes appended plus bytes buffered).
+    offset: u64,
+    write_buf: Vec<u8>,
+    data_block: BlockBuilder,
+    index_block: BlockBuilder,
+    data_blocks: u64,
+    /// The last entry's encoded internal key (empty before the first add).
+    last_key: Vec<u8>,
+    key_hashes: Vec<u64>,
+    entries: u64,
+    tombstones: u64,
+    smallest: Vec<u8>,
+    smallest_seq: u64,
+    largest_seq: u64,
+    properties: BTreeMap<String, Vec<u8>>,
+    bad_property: Option<String>,
+    /// Set after an I/O error: the file is incomplete and every later call
+    /// fails.
+    failed: bool,
+}
+
+impl std::fmt::Debug for TableBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableBuilder")
+            .field("path", &self.path)
+            .field("entries", &self.entries)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl TableBuilder {
+    /// Creates the file through the filesystem interface (all writes go
+    /// through [`FileSystem`], never `std::fs`).
+    ///
+    /// Fails with [`Error::InvalidArgument`] if `opts.block_bytes` lies
+    /// outside [`BLOCK_BYTES_RANGE`] or `opts.restart_interval` outside
+    /// [`RESTART_INTERVAL_RANGE`], and with [`Error::Io`] if the file cannot
+    /// be created.
+    pub fn new(
+        fs: &dyn FileSystem,
+        path: &Path,
+        file_number: u64,
+        opts: TableOptions,
+    ) -> Result<TableBuilder> {
+        if !BLOCK_BYTES_RANGE.contains(&opts.block_bytes) {
+            return Err(Error::invalid(format!(
+                "block_bytes must be in {BLOCK_BYTES_RANGE:?}, got {}",
+                opts.block_bytes
+            )));
+        }
+        if !RESTART_INTERVAL_RANGE.contains(&opts.restart_interval) {
+            return Err(Error::invalid(format!(
+                "restart_interval must be in {RESTART_INTERVAL_RANGE:?}, got {}",
+                opts.restart_interval
+            )));
+        }
+        let file = fs.create(path).map_err(|e| Error::io(path, e))?;
+        Ok(TableBuilder {
+            path: path.to_path_buf(),
+            file,
+            file_number,
+            data_block: BlockBuilder::new(opts.restart_interval),
+            // Restart at every index entry: the reader decodes the whole
+            // index at open, and full keys keep that decode trivial.
+            index_block: BlockBuilder::new(1),
+            opts,
+            offset: 0,
+            write_buf: Vec::with_capacity(WRITE_BUFFER_BYTES),
+            data_blocks: 0,
+            last_key: Vec::new(),
+            key_hashes: Vec::new(),
+            entries: 0,
+            tombstones: 0,
+            smallest: Vec::new(),
+            smallest_seq: u64::MAX,
+            largest_seq: 0,
+            properties: BTreeMap::new(),
+            bad_property: None,
+            failed: false,
+        })
+    }
+
+    fn check_not_failed(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::invalid(format!(
+                "table builder for {} failed earlier; the file is incomplete",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds the next entry; entries must arrive in strictly increasing
+    /// internal-key order (user key ascending, sequence descending), else
+    /// [`Error::InvalidArgument`] and the entry is not added. `value` is
+    /// empty for [`ValueKind::Delete`] (a non-empty tombstone value is
+    /// refused). Sequence numbers above [`MAX_SEQUENCE`], keys above
+    /// [`MAX_KEY_LEN`] and values above [`MAX_VALUE_LEN`] are refused too.
+    pub fn add(
+        &mut self,
+        user_key: &[u8],
+        seq: SequenceNumber,
+        kind: ValueKind,
+        value: &[u8],
+    ) -> Result<()> {
+        self.check_not_failed()?;
+        if seq > MAX_SEQUENCE {
+            return Err(Error::invalid(format!(
+                "sequence number {seq} exceeds the maximum {MAX_SEQUENCE}"
+            )));
+        }
+        if user_key.len() > MAX_KEY_LEN {
+            return Err(Error::invalid(format!(
+                "key of {} bytes exceeds the maximum {MAX_KEY_LEN}",
+                user_key.len()
+            )));
+        }
+        if value.len() > MAX_VALUE_LEN {
+            return Err(Error::invalid(format!(
+                "value of {} bytes exceeds the maximum {MAX_VALUE_LEN}",
+                value.len()
+            )));
+        }
+        if kind == ValueKind::Delete && !value.is_empty() {
+            return Err(Error::invalid("a tombstone carries no value"));
+        }
+        let trailer = pack_trailer(seq, kind);
+        let same_user_key = if self.entries > 0 {
+            let order = super::block::cmp_internal_parts(&self.last_key, user_key, trailer);
+            if order != std::cmp::Ordering::Less {
+                return Err(Error::invalid(format!(
+                    "entries out of order: ({}, seq {seq}) does not follow the previous entry",
+                    super::show_key(user_key)
+                )));
+            }
+            user_part(&self.last_key) == user_key
+        } else {
+            self.smallest = user_key.to_vec();
+            false
+        };
+
+        if !same_user_key {
+            self.key_hashes.push(key_hash(user_key));
+        }
+        self.last_key.clear();
+        encode_internal_key(&mut self.last_key, user_key, seq, kind);
+        self.data_block.add(&self.last_key, value);
+        self.entries += 1;
+        if kind == ValueKind::Delete {
+            self.tombstones += 1;
+        }
+        self.smallest_seq = self.smallest_seq.min(seq);
+        self.largest_seq = self.largest_seq.max(seq);
+
+        if self.data_block.estimated_size() >= self.opts.block_bytes {
+            self.flush_data_block()?;
+        }
+        Ok(())
+    }
+
+    /// Appends `contents` plus its checksum trailer and returns its handle.
+    fn write_block(&mut self, contents_from: BlockSource) -> Result<BlockHandle> {
+        let contents: &[u8] = match &contents_from {
+            BlockSource::Data => self.data_block.finish(),
+            BlockSource::Index => self.index_block.finish(),
+            BlockSource::Bytes(b) => b,
+        };
+        let handle = BlockHandle {
+            offset: self.offset,
+            len: contents.len() as u64,
+        };
+        let crc = block_crc(contents);
+        self.write_buf.extend_from_slice(contents);
+        self.write_buf.extend_from_slice(&crc.to_le_bytes());
+        self.offset += contents.len() as u64 + 4;
+        if self.write_buf.len() >= WRITE_BUFFER_BYTES {
+            self.flush_write_buf()?;
+        }
+        Ok(handle)
+    }
+
+    fn flush_write_buf(&mut self) -> Result<()> {
+        if self.write_buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.file.append(&self.write_buf) {
+            self.failed = true;
+            return Err(Error::io(&self.path, e));
+        }
+        self.write_buf.clear();
+        Ok(())
+    }
+
+    fn flush_data_block(&mut self) -> Result<()> {
+        if self.data_block.is_empty() {
+            return Ok(());
+        }
+        let handle = self.write_block(BlockSource::Data)?;
+        let mut value = Vec::with_capacity(20);
+        handle.encode_varint(&mut value);
+        self.index_block.add(self.data_block.last_key(), &value);
+        self.data_block.reset();
+        self.data_blocks += 1;
+        Ok(())
+    }
+
+    /// Bytes the file will have if finished now (excluding the filter,
+    /// properties and index blocks, which are small next to the data).
+    pub fn estimated_file_size(&self) -> u64 {
+        self.offset
+            + if self.data_block.is_empty() {
+                0
+            } else {
+                self.data_block.estimated_size() as u64
+            }
+    }
+
+    /// Entries (versions and tombstones) added so far.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Adds a named property (bytes) to the properties block, e.g.
+    /// `"sievedb.hll"`. Must be called before [`finish`](Self::finish); a
+    /// later call with the same name replaces the value. Names starting with
+    /// [`RESERVED_PROPERTY_PREFIX`] belong to the table itself: `finish`
+    /// then fails with [`Error::InvalidArgument`].
+    pub fn set_property(&mut self, name: &str, value: Vec<u8>) {
+        if name.starts_with(RESERVED_PROPERTY_PREFIX) {
+            self.bad_property.get_or_insert_with(|| name.to_string());
+            return;
+        }
+        self.properties.insert(name.to_string(), value);
+    }
+
+    /// The [`key_hash`] of every distinct user key added so far, in key
+    /// order (what the filter is built from).
+    pub fn key_hashes(&self) -> &[u64] {
+        &self.key_hashes
+    }
+
+    /// Writes the last data block, the filter block (built once here from
+    /// the key hash of every distinct user key), the properties block, the
+    /// index block and the footer, then syncs the file before returning.
+    ///
+    /// A table without entries is valid: it has no data blocks, an empty
+    /// index, and every lookup in it answers "absent" without I/O.
+    pub fn finish(mut self) -> Result<TableMeta> {
+        self.check_not_failed()?;
+        if let Some(name) = &self.bad_property {
+            return Err(Error::invalid(format!(
+                "property name {name:?} uses the reserved prefix {RESERVED_PROPERTY_PREFIX:?}"
+            )));
+        }
+        self.flush_data_block()?;
+
+        let filter_bytes = self.opts.filter_policy.build(&self.key_hashes);
+        let filter_len = filter_bytes.len() as u64;
+        let filter = self.write_block(BlockSource::Bytes(filter_bytes))?;
+
+        let largest = user_part(&self.last_key).to_vec();
+        let (smallest_seq, largest_seq) = if self.entries == 0 {
+            (0, 0)
+        } else {
+            (self.smallest_seq, self.largest_seq)
+        };
+        let policy_name = self.opts.filter_policy.name().to_string();
+        let mut props = std::mem::take(&mut self.properties);
+        let num = |v: u64| encode_u64_property(v);
+        props.insert(PROP_ENTRIES.into(), num(self.entries));
+        props.insert(PROP_TOMBSTONES.into(), num(self.tombstones));
+        props.insert(
+            PROP_DISTINCT_KEYS.into(),
+            num(self.key_hashes.len() as u64),
+        );
+        props.insert(PROP_SMALLEST_KEY.into(), self.smallest.clone());
+        props.insert(PROP_LARGEST_KEY.into(), largest.clone());
+        props.insert(PROP_SMALLEST_SEQ.into(), num(smallest_seq));
+        props.insert(PROP_LARGEST_SEQ.into(), num(largest_seq));
+        props.insert(PROP_FILTER_POLICY.into(), policy_name.clone().into_bytes());
+        props.insert(PROP_FILTER_BYTES.into(), num(filter_len));
+        props.insert(PROP_DATA_BLOCKS.into(), num(self.data_blocks));
+        let properties = self.write_block(BlockSource::Bytes(encode_properties(&props)))?;
+
+        let index = self.write_block(BlockSource::Index)?;
+        let footer = Footer {
+            index,
+            filter,
+            properties,
+        };
+        self.write_buf.extend_from_slice(&footer.encode());
+        self.offset += footer.encode().len() as u64;
+        self.flush_write_buf()?;
+        self.file.sync().map_err(|e| Error::io(&self.path, e))?;
+
+        Ok(TableMeta {
+            file_number: self.file_number,
+            file_size: self.offset,
+            smallest: std::mem::take(&mut self.smallest),
+            largest,
+            smallest_seq,
+            largest_seq,
+            entries: self.entries,
+            tombstones: self.tombstones,
+            distinct_keys: self.key_hashes.len() as u64,
+            filter_bytes: filter_len,
+            filter_policy: policy_name,
+        })
+    }
+}
+
+enum BlockSource {
+    Data,
+    Index,
+    Bytes(Vec<u8>),
+}

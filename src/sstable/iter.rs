@@ -1,0 +1,188 @@
+//! A cursor over a table's entries for range scans and compactions.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::block::{BlockCorruption, BlockView};
+use super::reader::{trailer_of, Table};
+use crate::error::{Error, Result};
+use crate::iter::InternalIterator;
+use crate::key::TRAILER_LEN;
+
+/// A cursor over one table's entries in internal-key order.
+///
+/// Owns an `Arc<Table>`, so it stays usable after the version that handed
+/// the table out is gone. Each data block it loads is counted in the
+/// table's `data_block_reads` and `bytes_read` and checksummed; damage is
+/// returned as [`Error::Corruption`] from [`seek`](InternalIterator::seek),
+/// [`seek_to_first`](InternalIterator::seek_to_first) or
+/// [`next`](InternalIterator::next), after which the cursor is invalid.
+#[derive(Debug)]
+pub struct TableIter {
+    table: Arc<Table>,
+    /// Index of the loaded data block.
+    block: usize,
+    /// The loaded block's contents, as a range of the mapped file (already
+    /// checksummed when it was loaded).
+    contents: Range<usize>,
+    /// Offset, inside the loaded block, of the entry after the current one.
+    next_pos: usize,
+    /// The current entry's encoded internal key.
+    key: Vec<u8>,
+    /// The current entry's value, as a range of the mapped file.
+    value: Range<usize>,
+    valid: bool,
+}
+
+impl TableIter {
+    pub(crate) fn new(table: Arc<Table>) -> TableIter {
+        TableIter {
+            table,
+            block: 0,
+            contents: 0..0,
+            next_pos: 0,
+            key: Vec::new(),
+            value: 0..0,
+            valid: false,
+        }
+    }
+
+    /// The table this cursor reads.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    /// Reads block `i` (counted, checksummed) and makes it the loaded block.
+    /// `false` past the last block.
+    fn load(&mut self, i: usize) -> Result<bool> {
+        let Some(entry) = self.table.index_entry(i) else {
+            return Ok(false);
+        };
+        let handle = entry.handle;
+        let view = self.table.data_block(handle)?;
+        let start = handle.offset as usize;
+        self.contents = start..start + view.contents().len();
+        self.block = i;
+        self.next_pos = 0;
+        Ok(true)
+    }
+
+    fn corruption(&self, c: BlockCorruption) -> Error {
+        Error::corruption(self.table.path(), Some(c.offset), c.reason)
+    }
+
+    /// Decodes the entry at `next_pos` of the loaded block, if any.
+    fn step(&mut self) -> Result<bool> {
+        let table = Arc::clone(&self.table);
+        let base = self.contents.start;
+        let contents = table
+            .mmap_bytes()
+            .get(self.contents.clone())
+            .unwrap_or_default();
+        let view = BlockView::parse(contents, base as u64).map_err(|c| self.corruption(c))?;
+        if self.next_pos >= view.entries_end() {
+            return Ok(false);
+        }
+        let (value, next) = view
+            .next_into(self.next_pos, &mut self.key)
+            .map_err(|c| self.corruption(c))?;
+        self.value = base + value.start..base + value.end;
+        self.next_pos = next;
+        Ok(true)
+    }
+
+    /// Positions on the first entry at or after block `i`.
+    fn first_from_block(&mut self, mut i: usize) -> Result<()> {
+        self.valid = false;
+        while self.load(i)? {
+            self.key.clear();
+            if self.step()? {
+                self.valid = true;
+                return Ok(());
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn fail<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.valid = false;
+        }
+        r
+    }
+}
+
+impl InternalIterator for TableIter {
+    fn valid(&self) -> bool {
+        self.valid
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        let r = self.first_from_block(0);
+        self.fail(r)
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.valid = false;
+        if target.len() < TRAILER_LEN {
+            return Err(Error::invalid(format!(
+                "seek target of {} bytes is not an encoded internal key",
+                target.len()
+            )));
+        }
+        let user_key = &target[..target.len() - TRAILER_LEN];
+        let trailer = trailer_of(target);
+        let i = self.table.find_block(user_key, trailer);
+        let loaded = self.load(i);
+        if !self.fail(loaded)? {
+            return Ok(()); // every key is smaller than the target
+        }
+        let table = Arc::clone(&self.table);
+        let base = self.contents.start;
+        let contents = table
+            .mmap_bytes()
+            .get(self.contents.clone())
+            .unwrap_or_default();
+        let sought = BlockView::parse(contents, base as u64)
+            .and_then(|view| view.seek(user_key, trailer, &mut self.key))
+            .map_err(|c| self.corruption(c));
+        let r = self.fail(sought)?;
+        match r.hit {
+            Some((value, next)) => {
+                self.value = base + value.start..base + value.end;
+                self.next_pos = next;
+                self.valid = true;
+                Ok(())
+            }
+            None => Err(Error::corruption(
+                table.path(),
+                Some(base as u64),
+                "data block holds no key up to its index key",
+            )),
+        }
+    }
+
+    fn next(&mut self) -> Result<()> {
+        if !self.valid {
+            return Err(Error::invalid("next on an invalid table iterator"));
+        }
+        let r = match self.step() {
+            Ok(true) => Ok(()),
+            Ok(false) => self.first_from_block(self.block + 1),
+            Err(e) => Err(e),
+        };
+        self.fail(r)
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    fn value(&self) -> &[u8] {
+        self.table
+            .mmap_bytes()
+            .get(self.value.clone())
+            .unwrap_or_default()
+    }
+}

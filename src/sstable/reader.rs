@@ -1,0 +1,473 @@
+//! Opens a table file and answers point reads.
+//!
+//! At open the file is memory-mapped, the footer validated and the index,
+//! filter and properties blocks read and checksummed once; afterwards a point
+//! read touches the file only for the one data block it needs, and only when
+//! the filter does not rule the key out.
+
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use super::block::{cmp_internal_parts, user_part, BlockCorruption, BlockView};
+use super::format::{
+    block_crc, decode_properties, decode_u64_property, BlockHandle, Footer, BLOCK_TRAILER_LEN,
+    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BYTES,
+    PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ,
+    PROP_TOMBSTONES,
+};
+use super::iter::TableIter;
+use super::{Found, TableMeta};
+use crate::error::{Error, Result};
+use crate::filter::{Filter, FilterPolicy};
+use crate::key::{pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN};
+use crate::stats::ReadCounters;
+
+/// One index entry held in memory: the last key of a data block and where
+/// the block lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexEntry {
+    /// Range of the block's last encoded internal key in `index_keys`.
+    pub(crate) key_start: usize,
+    pub(crate) key_end: usize,
+    pub(crate) handle: BlockHandle,
+}
+
+/// An open, immutable table file.
+pub struct Table {
+    path: PathBuf,
+    mmap: Mmap,
+    meta: TableMeta,
+    properties: BTreeMap<String, Vec<u8>>,
+    filter: Filter,
+    index: Vec<IndexEntry>,
+    index_keys: Vec<u8>,
+    pub(crate) counters: Arc<ReadCounters>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("path", &self.path)
+            .field("meta", &self.meta)
+            .field("filter", &self.filter)
+            .field("data_blocks", &self.index.len())
+            .finish()
+    }
+}
+
+thread_local! {
+    /// Reused buffer for the prefix-decompressed key a point read scans, so
+    /// `get` allocates nothing but the value it returns.
+    static GET_KEY_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Table {
+    /// Memory-maps the file, validates the footer, and reads and checksums
+    /// the index, filter and properties blocks once. `current_policy`
+    /// decodes filters recorded under a custom (non-`"sievedb."`) policy
+    /// name (see [`Filter::for_policy`]). `counters` are updated by
+    /// [`get`](Self::get) and iterators.
+    ///
+    /// Damage anywhere in those blocks or the footer (checksum mismatch,
+    /// truncation, bad magic, unknown version, inconsistent handles or
+    /// properties) is [`Error::Corruption`] naming the file and offset.
+    pub fn open(
+        path: &Path,
+        file_number: u64,
+        current_policy: &Arc<dyn FilterPolicy>,
+        counters: Arc<ReadCounters>,
+    ) -> Result<Table> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if file_len < FOOTER_LEN as u64 {
+            return Err(Error::corruption(
+                path,
+                Some(file_len),
+                format!("file of {file_len} bytes is too short to hold the {FOOTER_LEN}-byte footer"),
+            ));
+        }
+        // SAFETY: table files are immutable once finished and never modified
+        // in place while open (the engine writes a new file and deletes old
+        // ones only after every reader has dropped them), so the mapped
+        // bytes cannot change under the `&[u8]` this hands out. Every read
+        // of them is bounds-checked and checksummed.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let file_len = mmap.len() as u64;
+        let footer_at = file_len.checked_sub(FOOTER_LEN as u64).ok_or_else(|| {
+            Error::corruption(path, Some(file_len), "file shrank below the footer size")
+        })?;
+        let footer = Footer::decode(&mmap[footer_at as usize..]).map_err(|e| {
+            Error::corruption(path, Some(footer_at + e.offset_in_footer), e.reason)
+        })?;
+
+        // The blocks after the data follow each other exactly: filter,
+        // properties, index, footer.
+        let chain = [
+            (footer.filter, footer.properties.offset, "filter"),
+            (footer.properties, footer.index.offset, "properties"),
+            (footer.index, footer_at, "index"),
+        ];
+        for (handle, next, what) in chain {
+            if handle.end_with_trailer() != Some(next) {
+                return Err(Error::corruption(
+                    path,
+                    Some(footer_at),
+                    format!(
+                        "footer's {what} block handle (offset {}, len {}) does not end where the next block starts ({next})",
+                        handle.offset, handle.len
+                    ),
+                ));
+            }
+        }
+
+        let mut table = Table {
+            path: path.to_path_buf(),
+            mmap,
+            meta: TableMeta {
+                file_number,
+                file_size: file_len,
+                smallest: Vec::new(),
+                largest: Vec::new(),
+                smallest_seq: 0,
+                largest_seq: 0,
+                entries: 0,
+                tombstones: 0,
+                distinct_keys: 0,
+                filter_bytes: 0,
+                filter_policy: String::new(),
+            },
+            properties: BTreeMap::new(),
+            filter: Filter::decode(Vec::new()),
+            index: Vec::new(),
+            index_keys: Vec::new(),
+            counters,
+        };
+
+        let props_bytes = table.block(footer.properties)?;
+        table.properties = decode_properties(props_bytes)
+            .map_err(|r| table.corrupt(footer.properties.offset, r))?;
+        table.load_index(footer.index, footer.filter.offset)?;
+        table.load_meta(footer)?;
+        let filter_bytes = table.block(footer.filter)?.to_vec();
+        table.filter = Filter::for_policy(&table.meta.filter_policy, filter_bytes, current_policy);
+        Ok(table)
+    }
+
+    fn corrupt(&self, offset: u64, reason: impl Into<String>) -> Error {
+        Error::corruption(&self.path, Some(offset), reason)
+    }
+
+    fn from_block(&self, c: BlockCorruption) -> Error {
+        self.corrupt(c.offset, c.reason)
+    }
+
+    /// The contents of the block at `h`, after checking that it lies inside
+    /// the file and that its checksum matches.
+    pub(crate) fn block(&self, h: BlockHandle) -> Result<&[u8]> {
+        let range = h
+            .end_with_trailer()
+            .filter(|&end| end <= self.mmap.len() as u64)
+            .map(|end| h.offset as usize..end as usize);
+        let Some(bytes) = range.and_then(|r| self.mmap.get(r)) else {
+            return Err(self.corrupt(
+                h.offset,
+                format!("block (offset {}, len {}) runs past the end of the file", h.offset, h.len),
+            ));
+        };
+        let (contents, trailer) = bytes.split_at(bytes.len() - BLOCK_TRAILER_LEN);
+        let mut w = [0u8; 4];
+        w.copy_from_slice(trailer);
+        let stored = u32::from_le_bytes(w);
+        let actual = block_crc(contents);
+        if stored != actual {
+            return Err(self.corrupt(
+                h.offset,
+                format!(
+                    "block checksum mismatch (len {}, stored {stored:#010x}, computed {actual:#010x})",
+                    h.len
+                ),
+            ));
+        }
+        Ok(contents)
+    }
+
+    /// Reads a data block for a point read or a scan, counting it.
+    pub(crate) fn data_block(&self, h: BlockHandle) -> Result<BlockView<'_>> {
+        ReadCounters::add(&self.counters.data_block_reads, 1);
+        ReadCounters::add(&self.counters.bytes_read, h.len);
+        let contents = self.block(h)?;
+        BlockView::parse(contents, h.offset).map_err(|c| self.from_block(c))
+    }
+
+    /// Decodes the whole index block into memory and checks that the data
+    /// blocks it names tile `[0, data_end)` exactly and that its keys
+    /// strictly increase.
+    fn load_index(&mut self, h: BlockHandle, data_end: u64) -> Result<()> {
+        let contents = self.block(h)?;
+        let view = BlockView::parse(contents, h.offset).map_err(|c| self.from_block(c))?;
+        let mut keys = Vec::new();
+        let mut index = Vec::new();
+        let mut key = Vec::new();
+        let mut pos = 0;
+        let mut expected_offset = 0u64;
+        while pos < view.entries_end() {
+            let (value, next) = view.next_into(pos, &mut key).map_err(|c| self.from_block(c))?;
+            let entry_at = h.offset + pos as u64;
+            let handle = contents
+                .get(value)
+                .and_then(BlockHandle::decode_varint)
+                .ok_or_else(|| self.corrupt(entry_at, "bad block handle in index entry"))?;
+            if handle.offset != expected_offset {
+                return Err(self.corrupt(entry_at, "index entries do not tile the data blocks"));
+            }
+            expected_offset = handle
+                .end_with_trailer()
+                .ok_or_else(|| self.corrupt(entry_at, "index block handle overflows"))?;
+            if let Some(prev) = index.last() {
+                let prev: &IndexEntry = prev;
+                let prev_key = &keys[prev.key_start..prev.key_end];
+                if super::compare_encoded(prev_key, &key) != Ordering::Less {
+                    return Err(self.corrupt(entry_at, "index keys out of order"));
+                }
+            }
+            if unpack_trailer(trailer_of(&key)).is_none() {
+                return Err(self.corrupt(entry_at, "index key has an unknown kind"));
+            }
+            let key_start = keys.len();
+            keys.extend_from_slice(&key);
+            index.push(IndexEntry {
+                key_start,
+                key_end: keys.len(),
+                handle,
+            });
+            pos = next;
+        }
+        if expected_offset != data_end {
+            return Err(self.corrupt(
+                h.offset,
+                format!("data blocks end at {expected_offset}, but the filter block starts at {data_end}"),
+            ));
+        }
+        self.index = index;
+        self.index_keys = keys;
+        Ok(())
+    }
+
+    /// Rebuilds the table's metadata from its properties block and checks it
+    /// against the index and the footer.
+    fn load_meta(&mut self, footer: Footer) -> Result<()> {
+        let at = footer.properties.offset;
+        let raw = |name: &str| -> Result<&[u8]> {
+            self.properties
+                .get(name)
+                .map(Vec::as_slice)
+                .ok_or_else(|| self.corrupt(at, format!("missing property {name}")))
+        };
+        let num = |name: &str| -> Result<u64> {
+            decode_u64_property(raw(name)?)
+                .ok_or_else(|| self.corrupt(at, format!("property {name} is not a number")))
+        };
+        let entries = num(PROP_ENTRIES)?;
+        let tombstones = num(PROP_TOMBSTONES)?;
+        let distinct_keys = num(PROP_DISTINCT_KEYS)?;
+        let smallest_seq = num(PROP_SMALLEST_SEQ)?;
+        let largest_seq = num(PROP_LARGEST_SEQ)?;
+        let filter_bytes = num(PROP_FILTER_BYTES)?;
+        let data_blocks = num(PROP_DATA_BLOCKS)?;
+        let smallest = raw(PROP_SMALLEST_KEY)?.to_vec();
+        let largest = raw(PROP_LARGEST_KEY)?.to_vec();
+        let filter_policy = std::str::from_utf8(raw(PROP_FILTER_POLICY)?)
+            .map_err(|_| self.corrupt(at, "filter policy name is not UTF-8"))?
+            .to_string();
+
+        let consistent = data_blocks == self.index.len() as u64
+            && filter_bytes == footer.filter.len
+            && tombstones <= entries
+            && distinct_keys <= entries
+            && (entries == 0) == (data_blocks == 0)
+            && (entries == 0 || distinct_keys > 0)
+            && smallest_seq <= largest_seq
+            && largest_seq <= MAX_SEQUENCE
+            && (entries == 0 || smallest <= largest)
+            && match self.index.last() {
+                Some(e) => user_part(&self.index_keys[e.key_start..e.key_end]) == largest.as_slice(),
+                None => true,
+            };
+        if !consistent {
+            return Err(self.corrupt(at, "table properties contradict the index or footer"));
+        }
+        self.meta = TableMeta {
+            file_number: self.meta.file_number,
+            file_size: self.meta.file_size,
+            smallest,
+            largest,
+            smallest_seq,
+            largest_seq,
+            entries,
+            tombstones,
+            distinct_keys,
+            filter_bytes,
+            filter_policy,
+        };
+        Ok(())
+    }
+
+    /// Point lookup at `snapshot`: the newest version of `user_key` whose
+    /// sequence number is `<= snapshot` (a tombstone is returned as a
+    /// [`Found`] of kind [`ValueKind::Delete`]).
+    ///
+    /// 1. A key outside `[smallest, largest]` answers `None` without
+    ///    touching any counter.
+    /// 2. The filter is asked (`filter_checks`); "absent" answers `None`
+    ///    (`filter_negatives`) without reading a data block.
+    /// 3. The in-memory index is binary-searched for the block whose last
+    ///    key is `>= (user_key, snapshot)`; that one block is read
+    ///    (`data_block_reads`, `get_data_block_reads`, `bytes_read`), its
+    ///    checksum verified, its restart points binary-searched and at most
+    ///    one restart interval scanned.
+    /// 4. `filter_false_positives` counts lookups of keys of which the table
+    ///    holds no version at all; `filter_true_positives` the others (also
+    ///    when every version is newer than the snapshot).
+    pub fn get(
+        &self,
+        user_key: &[u8],
+        key_hash: u64,
+        snapshot: SequenceNumber,
+    ) -> Result<Option<Found>> {
+        if self.meta.entries == 0
+            || user_key < self.meta.smallest.as_slice()
+            || user_key > self.meta.largest.as_slice()
+        {
+            return Ok(None);
+        }
+        let c = &*self.counters;
+        ReadCounters::add(&c.filter_checks, 1);
+        if !self.filter.may_contain(key_hash) {
+            ReadCounters::add(&c.filter_negatives, 1);
+            return Ok(None);
+        }
+        let trailer = pack_trailer(snapshot.min(MAX_SEQUENCE), ValueKind::Put);
+        let i = self.find_block(user_key, trailer);
+        let Some(entry) = self.index.get(i) else {
+            // Every entry sorts before the target, yet user_key <= largest:
+            // the table's last entries are versions of user_key newer than
+            // the snapshot.
+            ReadCounters::add(&c.filter_true_positives, 1);
+            return Ok(None);
+        };
+        let prev_block_same_user = i > 0
+            && self
+                .index
+                .get(i - 1)
+                .is_some_and(|p| user_part(&self.index_keys[p.key_start..p.key_end]) == user_key);
+        ReadCounters::add(&c.get_data_block_reads, 1);
+        let block = self.data_block(entry.handle)?;
+
+        GET_KEY_BUF.with(|buf| {
+            let mut key = buf.borrow_mut();
+            let r = block
+                .seek(user_key, trailer, &mut key)
+                .map_err(|e| self.from_block(e))?;
+            let Some((value, _)) = r.hit else {
+                return Err(self.corrupt(
+                    entry.handle.offset,
+                    "data block holds no key up to its index key",
+                ));
+            };
+            if user_part(&key) == user_key {
+                let (seq, kind) = unpack_trailer(trailer_of(&key)).ok_or_else(|| {
+                    self.corrupt(entry.handle.offset, "entry has an unknown kind")
+                })?;
+                let value = block.contents().get(value).ok_or_else(|| {
+                    self.corrupt(entry.handle.offset, "entry value runs past the block")
+                })?;
+                ReadCounters::add(&c.filter_true_positives, 1);
+                return Ok(Some(Found {
+                    seq,
+                    kind,
+                    value: value.to_vec(),
+                }));
+            }
+            let newer_versions = if r.hit_is_first {
+                prev_block_same_user
+            } else {
+                r.prev_same_user
+            };
+            if newer_versions {
+                ReadCounters::add(&c.filter_true_positives, 1);
+            } else {
+                ReadCounters::add(&c.filter_false_positives, 1);
+            }
+            Ok(None)
+        })
+    }
+
+    /// Index of the first data block whose last key is `>= (user_key,
+    /// trailer)` (`index.len()` if none).
+    #[inline]
+    pub(crate) fn find_block(&self, user_key: &[u8], trailer: u64) -> usize {
+        self.index.partition_point(|e| {
+            cmp_internal_parts(&self.index_keys[e.key_start..e.key_end], user_key, trailer)
+                == Ordering::Less
+        })
+    }
+
+    pub(crate) fn index_entry(&self, i: usize) -> Option<&IndexEntry> {
+        self.index.get(i)
+    }
+
+    pub(crate) fn mmap_bytes(&self) -> &[u8] {
+        &self.mmap
+    }
+
+    /// The table's metadata, rebuilt from its properties block.
+    pub fn meta(&self) -> &TableMeta {
+        &self.meta
+    }
+
+    /// A property by name: the table's own (`"sievedb.table.*"`, encoded as
+    /// described in `docs/format.md`) or one set with
+    /// [`TableBuilder::set_property`](super::TableBuilder::set_property).
+    pub fn property(&self, name: &str) -> Option<&[u8]> {
+        self.properties.get(name).map(Vec::as_slice)
+    }
+
+    /// The table's decoded filter.
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    /// The table file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of data blocks.
+    pub fn data_blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// A cursor over every entry, in internal-key order. It owns an `Arc`
+    /// of the table, so it outlives whatever version handed the table out.
+    pub fn iter(self: &Arc<Self>) -> TableIter {
+        TableIter::new(Arc::clone(self))
+    }
+}
+
+/// The trailer of an encoded internal key of at least 8 bytes.
+#[inline]
+pub(crate) fn trailer_of(key: &[u8]) -> u64 {
+    let mut w = [0u8; TRAILER_LEN];
+    if let Some(t) = key.get(key.len().saturating_sub(TRAILER_LEN)..) {
+        if t.len() == TRAILER_LEN {
+            w.copy_from_slice(t);
+        }
+    }
+    u64::from_le_bytes(w)
+}
