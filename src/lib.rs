@@ -3,22 +3,64 @@
 //! An embeddable LSM-tree key-value store whose read path is built around
 //! swappable point-read filters.
 //!
+//! ```no_run
+//! use std::sync::Arc;
+//! use sievedb::{Db, Options, WriteBatch};
+//! use sievedb::filter::RibbonPolicy;
+//!
+//! # fn main() -> sievedb::Result<()> {
+//! let mut opts = Options::default();
+//! opts.filter_policy = Arc::new(RibbonPolicy::new(10.0));
+//! let db = Db::open("/tmp/sievedb-doc", opts)?;
+//! db.put(b"k", b"v")?;
+//! let mut batch = WriteBatch::new();
+//! batch.put(b"a", b"1").delete(b"k");
+//! db.write(&batch)?;
+//! assert_eq!(db.get(b"a")?, Some(b"1".to_vec()));
+//! for item in db.scan(b"a".as_slice()..b"z".as_slice())? {
+//!     let (key, value) = item?;
+//!     println!("{key:?} = {value:?}");
+//! }
+//! println!("{:?}", db.stats());
+//! db.close()?;
+//! # Ok(()) }
+//! ```
+//!
+//! * [`Db`]: open, put, get, delete, atomic [`WriteBatch`]es, range scans,
+//!   flush, compaction, statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter.
 //! * [`sstable`]: immutable sorted table files whose filter is asked before
 //!   any data block is read.
 //! * [`stats`]: read I/O counters (filter checks, negatives, false positives,
 //!   data blocks read) and the tree's shape.
+//! * [`wal`]: the checksummed record log behind the write-ahead log and the
+//!   manifest.
+//! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
+//! * [`fs`]: the filesystem interface every write goes through.
 
 #![warn(missing_docs)]
 
+mod batch;
+mod compaction;
+mod db;
 pub mod error;
 pub mod filter;
 pub mod fs;
 pub mod iter;
 pub mod key;
+pub mod manifest;
+mod memtable;
+mod merge;
+mod options;
 pub mod sstable;
 pub mod stats;
+mod version;
+pub mod wal;
 
+pub use batch::WriteBatch;
+pub use db::Db;
 pub use error::{Error, Result};
-pub use stats::{LevelStats, Stats};
+pub use merge::DbIterator;
+pub use options::Options;
+pub use stats::{LevelStats, Stats, TableInfo};
