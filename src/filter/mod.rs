@@ -24,7 +24,7 @@
 //!
 //! * [`BloomPolicy`]: a cache-local blocked Bloom filter (one 64-byte line per
 //!   key), the default at 10 bits/key.
-//! * `RibbonPolicy`: a standard Ribbon filter, about 30% smaller than the
+//! * [`RibbonPolicy`]: a standard Ribbon filter, about 30% smaller than the
 //!   blocked Bloom filter at the same false-positive rate, for more build CPU.
 //! * [`NoFilter`]: no bytes, every key "may be present": the baseline.
 //!
@@ -36,8 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub mod bloom;
+pub mod ribbon;
 
 pub use bloom::BloomPolicy;
+pub use ribbon::RibbonPolicy;
 
 /// Format id (last byte) of a blocked Bloom filter.
 pub const FORMAT_BLOOM: u8 = 0x01;
@@ -125,6 +127,7 @@ pub enum Unfiltered {
 #[derive(Clone)]
 enum Kind {
     Bloom(bloom::BloomLayout),
+    Ribbon(ribbon::RibbonLayout),
     Custom(Arc<dyn FilterPolicy>),
     All(Unfiltered),
 }
@@ -142,6 +145,7 @@ impl fmt::Debug for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Bloom(_) => "bloom",
+            Kind::Ribbon(_) => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -187,6 +191,7 @@ impl Filter {
         let decoded = match bytes.last() {
             None => return Kind::All(Unfiltered::NoFilter),
             Some(&FORMAT_BLOOM) => bloom::BloomLayout::parse(bytes).map(Kind::Bloom),
+            Some(&FORMAT_RIBBON) => ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon),
             Some(_) => None,
         };
         decoded.unwrap_or_else(|| {
@@ -200,6 +205,7 @@ impl Filter {
     pub fn may_contain(&self, key_hash: u64) -> bool {
         match &self.kind {
             Kind::Bloom(layout) => layout.may_contain(&self.bytes, key_hash),
+            Kind::Ribbon(layout) => layout.may_contain(&self.bytes, key_hash),
             Kind::Custom(policy) => policy.may_contain(&self.bytes, key_hash),
             Kind::All(_) => true,
         }
@@ -223,6 +229,7 @@ impl Filter {
     pub fn format_name(&self) -> &str {
         match &self.kind {
             Kind::Bloom(_) => "bloom",
+            Kind::Ribbon(_) => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -244,6 +251,13 @@ pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
                 true
             }
         },
+        Some(&FORMAT_RIBBON) => match ribbon::RibbonLayout::parse(filter_bytes) {
+            Some(layout) => layout.may_contain(filter_bytes, key_hash),
+            None => {
+                UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        },
         Some(_) => {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
             true
@@ -259,7 +273,6 @@ pub(crate) fn fastrange32(hash: u32, n: u32) -> u32 {
 
 /// Maps a 64-bit hash onto `0..n` without a division.
 #[inline]
-#[allow(dead_code)]
 pub(crate) fn fastrange64(hash: u64, n: u64) -> u64 {
     ((hash as u128 * n as u128) >> 64) as u64
 }

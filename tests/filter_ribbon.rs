@@ -1,0 +1,351 @@
+//! Ribbon filter: correctness, fallbacks, measured false-positive rate,
+//! decoding through the generic decoder, and damaged bytes.
+
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use sievedb::filter::ribbon::{overhead_for_keys, RibbonLayout, MAX_SEEDS, TRAILER_BYTES};
+use sievedb::filter::{
+    self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
+};
+
+/// Hashes of `n` distinct keys, `offset` separating independent key sets.
+fn hashes(n: u64, offset: u64) -> Vec<u64> {
+    (offset..offset + n)
+        .map(|i| filter::key_hash(&i.to_le_bytes()))
+        .collect()
+}
+
+/// Keys from a disjoint range, never inserted anywhere.
+fn absent(n: u64) -> Vec<u64> {
+    hashes(n, 1 << 50)
+}
+
+fn assert_no_false_negatives(bytes: &[u8], keys: &[u64]) {
+    let decoded = Filter::decode(bytes.to_vec());
+    let policy = RibbonPolicy::new(10.0);
+    for &h in keys {
+        assert!(decoded.may_contain(h), "Filter::decode false negative");
+        assert!(filter::may_contain(bytes, h), "free may_contain false negative");
+        assert!(policy.may_contain(bytes, h), "policy false negative");
+    }
+}
+
+struct Million {
+    keys: Vec<u64>,
+    bytes: Vec<u8>,
+}
+
+fn million() -> &'static Million {
+    static M: OnceLock<Million> = OnceLock::new();
+    M.get_or_init(|| {
+        let keys = hashes(1_000_000, 0);
+        let bytes = RibbonPolicy::new(10.0).build(&keys);
+        Million { keys, bytes }
+    })
+}
+
+#[test]
+fn no_false_negatives_at_all_sizes() {
+    let policy = RibbonPolicy::new(10.0);
+    for n in [0u64, 1, 2, 100, 10_000] {
+        let keys = hashes(n, 7);
+        let bytes = policy.build(&keys);
+        assert_no_false_negatives(&bytes, &keys);
+        let expected = if n >= 10_000 { "ribbon" } else { "bloom" };
+        assert_eq!(Filter::decode(bytes.clone()).format_name(), expected, "{n} keys");
+    }
+    let m = million();
+    assert_eq!(Filter::decode(m.bytes.clone()).format_name(), "ribbon");
+    assert_no_false_negatives(&m.bytes, &m.keys);
+}
+
+#[test]
+fn empty_set_rejects_everything() {
+    let bytes = RibbonPolicy::new(10.0).build(&[]);
+    let decoded = Filter::decode(bytes.clone());
+    assert_eq!(decoded.format_name(), "bloom");
+    for h in absent(1000) {
+        assert!(!decoded.may_contain(h));
+        assert!(!filter::may_contain(&bytes, h));
+    }
+}
+
+#[test]
+fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
+    let policy = RibbonPolicy::new(10.0);
+    let small = hashes(700, 1);
+    let (bytes, outcome) =
+        policy.build_with_overhead(&small, overhead_for_keys(small.len()), MAX_SEEDS);
+    assert!(outcome.fell_back_to_bloom);
+    assert_eq!(outcome.seeds_tried, 0);
+    assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
+    // The fallback is the blocked Bloom filter at the equivalent bits/key.
+    assert_eq!(bytes, BloomPolicy::new(10.0).build(&small));
+
+    let large = hashes(5_000, 1);
+    let (bytes, outcome) =
+        policy.build_with_overhead(&large, overhead_for_keys(large.len()), MAX_SEEDS);
+    assert!(!outcome.fell_back_to_bloom);
+    assert!(outcome.seeds_tried >= 1);
+    assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
+    assert_no_false_negatives(&bytes, &large);
+}
+
+#[test]
+fn duplicate_hashes_are_redundant_rows_not_failures() {
+    let unique = hashes(20_000, 3);
+    let mut keys = unique.clone();
+    keys.extend_from_slice(&unique);
+    keys.extend_from_slice(&unique[..5_000]);
+    let policy = RibbonPolicy::new(10.0);
+    // Overhead as for the unique keys: duplicates add no information, so
+    // the system must still solve with the same seed budget as usual.
+    let (bytes, outcome) = policy.build_with_overhead(&keys, -0.55, MAX_SEEDS);
+    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+    assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
+    assert_no_false_negatives(&bytes, &unique);
+}
+
+#[test]
+fn failed_seeds_are_retried_and_still_give_a_correct_filter() {
+    let policy = RibbonPolicy::new(10.0);
+    // A tight overhead makes seeds fail often; look for key sets where the
+    // first seed fails and a later one succeeds.
+    let mut retried = 0;
+    for set in 0..40u64 {
+        let keys = hashes(20_000, set << 32);
+        let (bytes, outcome) = policy.build_with_overhead(&keys, 0.006, MAX_SEEDS);
+        assert_no_false_negatives(&bytes, &keys);
+        if outcome.seeds_tried > 1 && !outcome.fell_back_to_bloom {
+            let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+            assert_eq!(layout.seed() as u32, outcome.seeds_tried - 1);
+            retried += 1;
+        }
+    }
+    assert!(retried >= 3, "only {retried} key sets needed a retry");
+}
+
+#[test]
+fn exhausted_seeds_fall_back_to_bloom() {
+    let policy = RibbonPolicy::new(10.0);
+    let keys = hashes(10_000, 9);
+    // Fewer slots than keys: no seed can solve the system.
+    let (bytes, outcome) = policy.build_with_overhead(&keys, -0.02, MAX_SEEDS);
+    assert_eq!(outcome.seeds_tried, MAX_SEEDS);
+    assert!(outcome.fell_back_to_bloom);
+    assert_eq!(Filter::decode(bytes.clone()).format_name(), "bloom");
+    assert_no_false_negatives(&bytes, &keys);
+    assert_eq!(bytes, BloomPolicy::new(10.0).build(&keys));
+}
+
+/// Measured false-positive rate over `probes` absent keys against the
+/// layout's slot-weighted rate, allowing 5 standard deviations.
+fn check_fp_rate(bytes: &[u8], probes: u64) -> (f64, f64) {
+    let layout = RibbonLayout::parse(bytes).expect("ribbon bytes");
+    let expected = layout.expected_fp_rate();
+    let hits = absent(probes)
+        .into_iter()
+        .filter(|&h| layout.may_contain(bytes, h))
+        .count();
+    let measured = hits as f64 / probes as f64;
+    let sigma = (expected * (1.0 - expected) / probes as f64).sqrt();
+    assert!(
+        (measured - expected).abs() < 5.0 * sigma,
+        "measured {measured}, expected {expected} (sigma {sigma})"
+    );
+    (measured, expected)
+}
+
+#[test]
+fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
+    let m = million();
+    let layout = RibbonLayout::parse(&m.bytes).unwrap();
+    assert_eq!(layout.upper_columns(), 7);
+    assert!(layout.upper_start_block() > 0 && layout.upper_start_block() < layout.num_blocks());
+    let (_, expected) = check_fp_rate(&m.bytes, 1_000_000);
+    // The mix was chosen to equal the blocked Bloom rate at 10 bits/key.
+    let bloom_fp = BloomPolicy::new(10.0).expected_fp_rate();
+    assert!((expected - bloom_fp).abs() / bloom_fp < 0.01, "{expected} vs {bloom_fp}");
+    // And it costs about 30% less space than that Bloom filter.
+    let bloom_bytes = (1_000_000.0 * 10.0 / 8.0) as usize;
+    assert!(
+        (m.bytes.len() as f64) < 0.73 * bloom_bytes as f64,
+        "{} bytes",
+        m.bytes.len()
+    );
+}
+
+#[test]
+fn fp_rate_matches_whole_result_bits() {
+    let keys = hashes(200_000, 11);
+    let bytes = RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap().build(&keys);
+    let layout = RibbonLayout::parse(&bytes).unwrap();
+    assert_eq!((layout.upper_columns(), layout.upper_start_block()), (8, 0));
+    let (_, expected) = check_fp_rate(&bytes, 1_000_000);
+    assert_eq!(expected, 1.0 / 256.0);
+    assert_no_false_negatives(&bytes, &keys);
+}
+
+#[test]
+fn low_and_high_rates_build_correct_filters() {
+    let keys = hashes(30_000, 13);
+    // 1 bit/key equivalent: upper = 1, lower blocks store no columns at all.
+    for policy in [
+        RibbonPolicy::new(1.0),
+        RibbonPolicy::new(3.3),
+        RibbonPolicy::new(100.0),
+        RibbonPolicy::with_fp_rate(1e-12).unwrap(),
+    ] {
+        let bytes = policy.build(&keys);
+        assert_eq!(bytes.last(), Some(&FORMAT_RIBBON), "{policy:?}");
+        assert_no_false_negatives(&bytes, &keys);
+        check_fp_rate(&bytes, 200_000);
+    }
+}
+
+#[test]
+fn constructors_validate_and_clamp() {
+    assert!(RibbonPolicy::NAME.starts_with(filter::BUILTIN_NAME_PREFIX));
+    assert_eq!(RibbonPolicy::new(10.0).name(), RibbonPolicy::NAME);
+    assert_eq!(RibbonPolicy::new(f64::NAN), RibbonPolicy::new(10.0));
+    assert_eq!(RibbonPolicy::new(0.2), RibbonPolicy::new(1.0));
+    assert_eq!(RibbonPolicy::new(1e9), RibbonPolicy::new(100.0));
+    assert_eq!(RibbonPolicy::default(), RibbonPolicy::new(10.0));
+    for bad in [f64::NAN, f64::INFINITY, 0.5, 100.5, -3.0] {
+        let err = RibbonPolicy::try_new(bad).unwrap_err();
+        assert!(matches!(err, sievedb::Error::InvalidArgument(_)), "{bad}");
+    }
+    assert_eq!(RibbonPolicy::try_new(10.0).unwrap(), RibbonPolicy::new(10.0));
+    for bad in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
+        let err = RibbonPolicy::with_fp_rate(bad).unwrap_err();
+        assert!(matches!(err, sievedb::Error::InvalidArgument(_)), "{bad}");
+    }
+    let p = RibbonPolicy::new(10.0);
+    let expected = bloom::blocked_bloom_fp_rate(10.0, bloom::probes_for_bits_per_key(10.0));
+    assert_eq!(p.fp_rate(), expected);
+    assert_eq!(p.bloom_bits_per_key(), 10.0);
+    let q = RibbonPolicy::with_fp_rate(0.01).unwrap();
+    assert_eq!(q.fp_rate(), 0.01);
+    assert_eq!(
+        q.bloom_bits_per_key(),
+        BloomPolicy::with_fp_rate(0.01).unwrap().bits_per_key()
+    );
+}
+
+fn small_ribbon() -> (Vec<u64>, Vec<u8>) {
+    let keys = hashes(3_000, 21);
+    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
+    (keys, bytes)
+}
+
+#[test]
+fn truncated_bytes_never_panic_nor_lose_keys() {
+    let (keys, bytes) = small_ribbon();
+    for len in 0..bytes.len() {
+        let cut = &bytes[..len];
+        assert!(RibbonLayout::parse(cut).is_none(), "parsed at length {len}");
+        assert_no_false_negatives(cut, &keys[..50]);
+    }
+    // Extra bytes in front are as inconsistent as missing ones.
+    let mut longer = vec![0u8];
+    longer.extend_from_slice(&bytes);
+    assert!(RibbonLayout::parse(&longer).is_none());
+    assert_eq!(Filter::decode(longer).format_name(), "undecodable");
+}
+
+#[test]
+fn every_single_bit_flip_in_the_trailer_is_detected() {
+    let (keys, bytes) = small_ribbon();
+    let trailer = bytes.len() - TRAILER_BYTES;
+    for at in trailer..bytes.len() {
+        for bit in 0..8 {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1 << bit;
+            assert!(RibbonLayout::parse(&damaged).is_none(), "byte {at} bit {bit}");
+            let decoded = Filter::decode(damaged.clone());
+            assert!(decoded.unfiltered().is_some(), "byte {at} bit {bit}");
+            assert_no_false_negatives(&damaged, &keys[..50]);
+        }
+    }
+}
+
+#[test]
+fn random_trailer_damage_never_panics_nor_loses_keys() {
+    let (keys, bytes) = small_ribbon();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let trailer = bytes.len() - TRAILER_BYTES;
+    for _ in 0..2_000 {
+        let mut damaged = bytes.clone();
+        let flips = rng.gen_range(1..=12);
+        for _ in 0..flips {
+            let at = rng.gen_range(trailer..bytes.len());
+            damaged[at] ^= 1 << rng.gen_range(0..8);
+        }
+        if damaged == bytes {
+            continue; // flips cancelled out
+        }
+        assert_no_false_negatives(&damaged, &keys[..20]);
+    }
+}
+
+#[test]
+fn solution_bit_flips_never_panic() {
+    let (keys, bytes) = small_ribbon();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let solution = bytes.len() - TRAILER_BYTES;
+    for _ in 0..200 {
+        let mut damaged = bytes.clone();
+        for _ in 0..rng.gen_range(1..=64) {
+            let at = rng.gen_range(0..solution);
+            damaged[at] ^= 1 << rng.gen_range(0..8);
+        }
+        // Still a consistent layout; answers may be wrong (the table's block
+        // checksum catches this) but nothing may panic.
+        assert!(RibbonLayout::parse(&damaged).is_some());
+        let decoded = Filter::decode(damaged.clone());
+        for &h in keys.iter().chain(absent(100).iter()) {
+            let _ = decoded.may_contain(h);
+            let _ = filter::may_contain(&damaged, h);
+        }
+    }
+}
+
+#[test]
+fn arbitrary_bytes_ending_in_the_ribbon_id_never_panic() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+    for len in 0..400usize {
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if let Some(last) = bytes.last_mut() {
+            *last = FORMAT_RIBBON;
+        }
+        let decoded = Filter::decode(bytes.clone());
+        for h in absent(10) {
+            let _ = decoded.may_contain(h);
+            let _ = filter::may_contain(&bytes, h);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn proptest_no_false_negatives(
+        keys in prop::collection::vec(any::<u64>(), 0..6_000),
+        dup_every in 1usize..50,
+        bits in 1.0f64..24.0,
+    ) {
+        let mut all = keys.clone();
+        all.extend(keys.iter().step_by(dup_every).copied());
+        let bytes = RibbonPolicy::new(bits).build(&all);
+        let decoded = Filter::decode(bytes.clone());
+        prop_assert!(decoded.unfiltered().is_none() || all.is_empty());
+        for &h in &all {
+            prop_assert!(decoded.may_contain(h));
+            prop_assert!(filter::may_contain(&bytes, h));
+        }
+    }
+}
