@@ -191,10 +191,7 @@ impl EditDecoder<'_> {
         let start = self.pos;
         let level = self.varint("level")?;
         if level >= u64::from(MAX_LEVELS) {
-            return Err(self.corrupt(
-                start,
-                format!("level {level} is not below {MAX_LEVELS}"),
-            ));
+            return Err(self.corrupt(start, format!("level {level} is not below {MAX_LEVELS}")));
         }
         Ok(level as u32)
     }
@@ -355,10 +352,11 @@ impl VersionEdit {
                 )));
             }
         }
-        let sequences = self
-            .last_sequence
-            .iter()
-            .chain(self.added.iter().flat_map(|t| [&t.smallest_seq, &t.largest_seq]));
+        let sequences = self.last_sequence.iter().chain(
+            self.added
+                .iter()
+                .flat_map(|t| [&t.smallest_seq, &t.largest_seq]),
+        );
         for &seq in sequences {
             if seq > MAX_SEQUENCE {
                 return Err(Error::invalid(format!("sequence {seq} exceeds 2^56 - 1")));

@@ -143,3 +143,27 @@ impl Stats {
         self.levels.iter().map(|l| l.tables).sum()
     }
 }
+
+/// One live table, as listed by `Db::tables`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// The level the table is in.
+    pub level: usize,
+    /// The table's file number (its file is `{number:06}.sst`).
+    pub file_number: u64,
+    /// Size of the table's file.
+    pub file_size: u64,
+    /// Entries (versions and tombstones) in the table.
+    pub entries: u64,
+    /// Smallest user key.
+    pub smallest: Vec<u8>,
+    /// Largest user key.
+    pub largest: Vec<u8>,
+    /// Name of the policy that built the table's filter.
+    pub filter_policy: String,
+    /// The decoded filter's format: `"bloom"`, `"ribbon"`, `"none"`,
+    /// `"undecodable"` or a custom policy's name.
+    pub filter_format: String,
+    /// Bytes of the table's filter.
+    pub filter_bytes: u64,
+}

@@ -27,7 +27,10 @@ fn assert_no_false_negatives(bytes: &[u8], keys: &[u64]) {
     let policy = RibbonPolicy::new(10.0);
     for &h in keys {
         assert!(decoded.may_contain(h), "Filter::decode false negative");
-        assert!(filter::may_contain(bytes, h), "free may_contain false negative");
+        assert!(
+            filter::may_contain(bytes, h),
+            "free may_contain false negative"
+        );
         assert!(policy.may_contain(bytes, h), "policy false negative");
     }
 }
@@ -54,7 +57,11 @@ fn no_false_negatives_at_all_sizes() {
         let bytes = policy.build(&keys);
         assert_no_false_negatives(&bytes, &keys);
         let expected = if n >= 10_000 { "ribbon" } else { "bloom" };
-        assert_eq!(Filter::decode(bytes.clone()).format_name(), expected, "{n} keys");
+        assert_eq!(
+            Filter::decode(bytes.clone()).format_name(),
+            expected,
+            "{n} keys"
+        );
     }
     let m = million();
     assert_eq!(Filter::decode(m.bytes.clone()).format_name(), "ribbon");
@@ -167,7 +174,10 @@ fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
     let (_, expected) = check_fp_rate(&m.bytes, 1_000_000);
     // The mix was chosen to equal the blocked Bloom rate at 10 bits/key.
     let bloom_fp = BloomPolicy::new(10.0).expected_fp_rate();
-    assert!((expected - bloom_fp).abs() / bloom_fp < 0.01, "{expected} vs {bloom_fp}");
+    assert!(
+        (expected - bloom_fp).abs() / bloom_fp < 0.01,
+        "{expected} vs {bloom_fp}"
+    );
     // And it costs about 30% less space than that Bloom filter.
     let bloom_bytes = (1_000_000.0 * 10.0 / 8.0) as usize;
     assert!(
@@ -180,7 +190,9 @@ fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
 #[test]
 fn fp_rate_matches_whole_result_bits() {
     let keys = hashes(200_000, 11);
-    let bytes = RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap().build(&keys);
+    let bytes = RibbonPolicy::with_fp_rate(1.0 / 256.0)
+        .unwrap()
+        .build(&keys);
     let layout = RibbonLayout::parse(&bytes).unwrap();
     assert_eq!((layout.upper_columns(), layout.upper_start_block()), (8, 0));
     let (_, expected) = check_fp_rate(&bytes, 1_000_000);
@@ -217,7 +229,10 @@ fn constructors_validate_and_clamp() {
         let err = RibbonPolicy::try_new(bad).unwrap_err();
         assert!(matches!(err, sievedb::Error::InvalidArgument(_)), "{bad}");
     }
-    assert_eq!(RibbonPolicy::try_new(10.0).unwrap(), RibbonPolicy::new(10.0));
+    assert_eq!(
+        RibbonPolicy::try_new(10.0).unwrap(),
+        RibbonPolicy::new(10.0)
+    );
     for bad in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
         let err = RibbonPolicy::with_fp_rate(bad).unwrap_err();
         assert!(matches!(err, sievedb::Error::InvalidArgument(_)), "{bad}");
@@ -264,7 +279,10 @@ fn every_single_bit_flip_in_the_trailer_is_detected() {
         for bit in 0..8 {
             let mut damaged = bytes.clone();
             damaged[at] ^= 1 << bit;
-            assert!(RibbonLayout::parse(&damaged).is_none(), "byte {at} bit {bit}");
+            assert!(
+                RibbonLayout::parse(&damaged).is_none(),
+                "byte {at} bit {bit}"
+            );
             let decoded = Filter::decode(damaged.clone());
             assert!(decoded.unfiltered().is_some(), "byte {at} bit {bit}");
             assert_no_false_negatives(&damaged, &keys[..50]);

@@ -252,12 +252,16 @@ impl RibbonLayout {
         let block = row.start / W;
         let shift = (row.start % W) as u32;
         let (columns, first) = if (block as u64) < self.upper_start_block as u64 {
-            (self.upper_columns - 1, block * (self.upper_columns as usize - 1))
+            (
+                self.upper_columns - 1,
+                block * (self.upper_columns as usize - 1),
+            )
         } else {
             let usb = self.upper_start_block as usize;
             (
                 self.upper_columns,
-                usb * (self.upper_columns as usize - 1) + (block - usb) * self.upper_columns as usize,
+                usb * (self.upper_columns as usize - 1)
+                    + (block - usb) * self.upper_columns as usize,
             )
         };
         let here = first * WORD_BYTES;
@@ -428,7 +432,10 @@ impl RibbonPolicy {
                 seeds_tried: 0,
                 fell_back_to_bloom: true,
             };
-            return (bloom::build_bloom(key_hashes, self.bloom_bits_per_key), outcome);
+            return (
+                bloom::build_bloom(key_hashes, self.bloom_bits_per_key),
+                outcome,
+            );
         }
         let (upper, frac) = self.columns();
         let num_blocks = slots / W;
@@ -450,7 +457,10 @@ impl RibbonPolicy {
             seeds_tried: tries,
             fell_back_to_bloom: true,
         };
-        (bloom::build_bloom(key_hashes, self.bloom_bits_per_key), outcome)
+        (
+            bloom::build_bloom(key_hashes, self.bloom_bits_per_key),
+            outcome,
+        )
     }
 }
 
@@ -561,7 +571,8 @@ impl Band {
         let slots = self.coeffs.len();
         let num_blocks = slots / W;
         let lower = upper - 1;
-        let words = upper_start_block * lower as usize + (num_blocks - upper_start_block) * upper as usize;
+        let words =
+            upper_start_block * lower as usize + (num_blocks - upper_start_block) * upper as usize;
         let solution_bytes = words * WORD_BYTES;
         let mut out = vec![0u8; solution_bytes + TRAILER_BYTES];
         // state[j] bit i = column j of slot (current + i).
@@ -578,7 +589,11 @@ impl Band {
                     *s |= ((parity(coeff & *s) ^ (result >> j)) & 1) as u128;
                 }
             }
-            let columns = if block < upper_start_block { lower } else { upper } as usize;
+            let columns = if block < upper_start_block {
+                lower
+            } else {
+                upper
+            } as usize;
             let block_start = block_end - columns * WORD_BYTES;
             for (j, s) in state[..columns].iter().enumerate() {
                 let at = block_start + j * WORD_BYTES;
@@ -625,7 +640,11 @@ mod tests {
         let (u, f) = p.columns();
         assert_eq!(u, 7);
         let mix = f * 2f64.powi(-7) + (1.0 - f) * 2f64.powi(-6);
-        assert!((mix - p.fp_rate()).abs() < 1e-12, "{mix} vs {}", p.fp_rate());
+        assert!(
+            (mix - p.fp_rate()).abs() < 1e-12,
+            "{mix} vs {}",
+            p.fp_rate()
+        );
         let (u, f) = RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap().columns();
         assert_eq!((u, f), (8, 1.0));
         let (u, f) = RibbonPolicy::with_fp_rate(1e-15).unwrap().columns();

@@ -1,0 +1,187 @@
+//! Atomic write batches and their encoding in the write-ahead log.
+//!
+//! A batch is applied all or nothing: it is one log record, it takes
+//! consecutive sequence numbers, and readers see either none or all of it.
+//!
+//! Log payload of a batch (little endian):
+//!
+//! ```text
+//! first_seq: u64 | count: u32 | count x op
+//! op = kind: u8 (0 delete, 1 put) | key_len: u32 | key | [value_len: u32 | value]   (value only for put)
+//! ```
+
+use crate::error::{Error, Result};
+use crate::key::{SequenceNumber, ValueKind};
+
+/// A group of puts and deletes applied atomically by
+/// [`Db::write`](crate::Db::write).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<BatchOp>,
+    bytes: usize,
+}
+
+/// One operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BatchOp {
+    pub(crate) kind: ValueKind,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    /// Adds a put of `key` to `value`.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
+        let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
+        self.bytes += key.len() + value.len();
+        self.ops.push(BatchOp {
+            kind: ValueKind::Put,
+            key,
+            value,
+        });
+        self
+    }
+
+    /// Adds a delete of `key`.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> &mut Self {
+        let key = key.as_ref().to_vec();
+        self.bytes += key.len();
+        self.ops.push(BatchOp {
+            kind: ValueKind::Delete,
+            key,
+            value: Vec::new(),
+        });
+        self
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the batch holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Removes every operation.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.bytes = 0;
+    }
+
+    /// Bytes of keys and values in the batch.
+    pub fn data_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn ops(&self) -> &[BatchOp] {
+        &self.ops
+    }
+
+    /// Encodes the batch as a log payload starting at `first_seq`.
+    pub(crate) fn encode(&self, first_seq: SequenceNumber) -> Vec<u8> {
+        let mut out = Vec::with_capacity(12 + self.bytes + 9 * self.ops.len());
+        out.extend_from_slice(&first_seq.to_le_bytes());
+        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        for op in &self.ops {
+            out.push(op.kind as u8);
+            out.extend_from_slice(&(op.key.len() as u32).to_le_bytes());
+            out.extend_from_slice(&op.key);
+            if op.kind == ValueKind::Put {
+                out.extend_from_slice(&(op.value.len() as u32).to_le_bytes());
+                out.extend_from_slice(&op.value);
+            }
+        }
+        out
+    }
+
+    /// Decodes a log payload into its first sequence number and batch.
+    /// `corrupt` builds the error for a malformed payload.
+    pub(crate) fn decode(
+        payload: &[u8],
+        corrupt: impl Fn(&str) -> Error,
+    ) -> Result<(SequenceNumber, WriteBatch)> {
+        let mut r = Reader { buf: payload };
+        let first_seq = u64::from_le_bytes(
+            r.array::<8>()
+                .ok_or_else(|| corrupt("short batch header"))?,
+        );
+        let count = u32::from_le_bytes(
+            r.array::<4>()
+                .ok_or_else(|| corrupt("short batch header"))?,
+        );
+        let mut batch = WriteBatch::new();
+        for _ in 0..count {
+            let kind = r
+                .array::<1>()
+                .and_then(|b| ValueKind::from_u8(b[0]))
+                .ok_or_else(|| corrupt("bad operation kind in batch"))?;
+            let key = r.slice().ok_or_else(|| corrupt("truncated key in batch"))?;
+            match kind {
+                ValueKind::Put => {
+                    let value = r
+                        .slice()
+                        .ok_or_else(|| corrupt("truncated value in batch"))?;
+                    batch.put(key, value);
+                }
+                ValueKind::Delete => {
+                    batch.delete(key);
+                }
+            }
+        }
+        if !r.buf.is_empty() {
+            return Err(corrupt("trailing bytes after batch"));
+        }
+        Ok((first_seq, batch))
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        if self.buf.len() < N {
+            return None;
+        }
+        let (head, rest) = self.buf.split_at(N);
+        self.buf = rest;
+        head.try_into().ok()
+    }
+
+    fn slice(&mut self) -> Option<&'a [u8]> {
+        let len = u32::from_le_bytes(self.array::<4>()?) as usize;
+        if self.buf.len() < len {
+            return None;
+        }
+        let (head, rest) = self.buf.split_at(len);
+        self.buf = rest;
+        Some(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_damage() {
+        let mut b = WriteBatch::new();
+        b.put(b"a", b"1").delete(b"b").put(b"", b"");
+        let enc = b.encode(42);
+        let corrupt = |m: &str| Error::invalid(m.to_string());
+        let (seq, back) = WriteBatch::decode(&enc, corrupt).unwrap();
+        assert_eq!(seq, 42);
+        assert_eq!(back, b);
+        for cut in 0..enc.len() {
+            assert!(WriteBatch::decode(&enc[..cut], corrupt).is_err());
+        }
+    }
+}

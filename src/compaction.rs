@@ -1,0 +1,406 @@
+//! Leveled compaction: picking what to merge, merging it, installing it.
+//!
+//! # Shape
+//! Level 0 holds flushed tables whose key ranges may overlap. Levels 1 and
+//! deeper hold disjoint tables sorted by key; level `n` targets
+//! `level1_bytes * multiplier^(n-1)` bytes.
+//!
+//! # Picking
+//! Each level has a score: level 0 `tables / level0_compaction_trigger`,
+//! deeper levels `bytes / target`. The level with the highest score compacts
+//! when level 0's score reaches 1 or a deeper level's exceeds 1 (the last
+//! level never compacts downward). From level 0 every table is taken (they
+//! overlap each other); from a deeper level one table, chosen by rotating
+//! through the key space with a per-level pointer, so every range is
+//! visited. The overlapping tables of the next level join the inputs.
+//!
+//! # Merging
+//! A k-way merge of the inputs' internal keys keeps the newest version of
+//! each user key and drops the rest: readers that might need an older version
+//! pin the tables they read, so no live view depends on it. A tombstone is
+//! dropped too when no level below the output can hold its key. Output is
+//! cut into tables of about `table_bytes` at user-key boundaries, and each
+//! output table's filter is built by the database's *current* policy from
+//! the keys actually written to it — so switching policy migrates the tree
+//! as it compacts.
+//!
+//! # Installing
+//! One manifest edit removes the inputs and adds the outputs. Until it is
+//! synced the old tables are the live ones (outputs are unreferenced files the
+//! next open deletes); after it, the new ones are. Input files are deleted
+//! when the last version that holds them is dropped.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::db::{record_for, table_options, DbInner};
+use crate::error::{Error, Result};
+use crate::iter::InternalIterator;
+use crate::key::{decode_internal_key, ValueKind};
+use crate::manifest::{manifest_file_name, VersionEdit};
+use crate::merge::MergingIterator;
+use crate::sstable::{Table, TableBuilder};
+use crate::version::{table_file_name, TableHandle, Version};
+
+/// One unit of compaction work.
+pub(crate) struct CompactionJob {
+    /// Level the inputs come from.
+    pub(crate) level: usize,
+    /// Level the outputs go to (`level + 1`, or `level` for a rewrite).
+    pub(crate) output_level: usize,
+    /// Input tables from `level`.
+    pub(crate) inputs: Vec<Arc<TableHandle>>,
+    /// Input tables from `output_level` that overlap them.
+    pub(crate) overlaps: Vec<Arc<TableHandle>>,
+}
+
+/// Compaction score of every level but the last.
+pub(crate) fn level_scores(version: &Version, opts: &crate::Options) -> Vec<f64> {
+    let last = version.levels.len().saturating_sub(1);
+    (0..last)
+        .map(|level| {
+            if level == 0 {
+                version.levels[0].len() as f64 / opts.level0_compaction_trigger as f64
+            } else {
+                version.level_bytes(level) as f64 / opts.level_target_bytes(level) as f64
+            }
+        })
+        .collect()
+}
+
+fn needs_compaction(level: usize, score: f64) -> bool {
+    if level == 0 {
+        score >= 1.0
+    } else {
+        score > 1.0
+    }
+}
+
+/// The smallest and largest user keys of a set of tables.
+fn key_range(tables: &[Arc<TableHandle>]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let smallest = tables.iter().map(|t| &t.record.smallest).min()?.clone();
+    let largest = tables.iter().map(|t| &t.record.largest).max()?.clone();
+    Some((smallest, largest))
+}
+
+impl DbInner {
+    /// The most urgent compaction, if any level needs one.
+    pub(crate) fn pick_compaction(&self, compact_pointer: &[Vec<u8>]) -> Option<CompactionJob> {
+        let version = Arc::clone(&self.current().version);
+        let scores = level_scores(&version, &self.opts);
+        let (level, score) = scores
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(l, s)| (l, *s))?;
+        if !needs_compaction(level, score) {
+            return None;
+        }
+        let inputs = if level == 0 {
+            version.levels[0].clone()
+        } else {
+            let tables = &version.levels[level];
+            let pointer = compact_pointer.get(level).map(Vec::as_slice).unwrap_or(&[]);
+            let pick = tables
+                .iter()
+                .find(|t| pointer.is_empty() || t.record.smallest.as_slice() > pointer)
+                .or_else(|| tables.first())?;
+            vec![Arc::clone(pick)]
+        };
+        Some(self.job_for(&version, level, level + 1, inputs))
+    }
+
+    fn job_for(
+        &self,
+        version: &Version,
+        level: usize,
+        output_level: usize,
+        inputs: Vec<Arc<TableHandle>>,
+    ) -> CompactionJob {
+        let overlaps = if output_level == level {
+            Vec::new()
+        } else {
+            match key_range(&inputs) {
+                Some((lo, hi)) => version.overlapping(output_level, &lo, &hi),
+                None => Vec::new(),
+            }
+        };
+        CompactionJob {
+            level,
+            output_level,
+            inputs,
+            overlaps,
+        }
+    }
+
+    /// Background thread: run compactions whenever a level needs one.
+    pub(crate) fn compaction_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutdown || self.is_poisoned() {
+                        return;
+                    }
+                    if !bg.compacting {
+                        if let Some(job) = self.pick_compaction(&bg.compact_pointer) {
+                            bg.compacting = true;
+                            break job;
+                        }
+                    }
+                    self.bg_cv.wait(&mut bg);
+                }
+            };
+            let result = self.run_compaction(&job);
+            self.finish_compaction(result);
+        }
+    }
+
+    fn finish_compaction(&self, result: Result<()>) {
+        if let Err(e) = &result {
+            self.set_poison(e);
+        }
+        let mut bg = self.bg.lock();
+        bg.compacting = false;
+        self.bg_cv.notify_all();
+        self.done_cv.notify_all();
+    }
+
+    /// Takes the right to compact (waiting while another compaction runs)
+    /// and returns the job `pick` chooses, or `None` when there is nothing
+    /// to do.
+    fn claim(
+        &self,
+        mut pick: impl FnMut(&Self, &[Vec<u8>]) -> Option<CompactionJob>,
+    ) -> Result<Option<CompactionJob>> {
+        let mut bg = self.bg.lock();
+        loop {
+            if self.is_poisoned() {
+                return Err(Error::Poisoned("an earlier background job failed".into()));
+            }
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            if !bg.compacting {
+                let job = pick(self, &bg.compact_pointer);
+                if job.is_some() {
+                    bg.compacting = true;
+                }
+                return Ok(job);
+            }
+            self.done_cv.wait(&mut bg);
+        }
+    }
+
+    /// Runs compactions in the caller's thread until no level needs one.
+    pub(crate) fn compact_until_balanced(&self) -> Result<()> {
+        while let Some(job) = self.claim(|db, ptr| db.pick_compaction(ptr))? {
+            let result = self.run_compaction(&job);
+            let failed = result.as_ref().err().map(|e| e.to_string());
+            self.finish_compaction(result);
+            if let Some(why) = failed {
+                return Err(Error::Poisoned(why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites every table: each level is merged into the next down to the
+    /// deepest level holding data, whose tables are then rewritten in place.
+    /// Every table afterwards has a filter built by the current policy.
+    pub(crate) fn compact_all(&self) -> Result<()> {
+        let bottom = {
+            let v = self.current();
+            v.version
+                .levels
+                .iter()
+                .rposition(|l| !l.is_empty())
+                .unwrap_or(0)
+                .max(1)
+        };
+        for level in 0..=bottom {
+            // The tables present now are the ones to rewrite; outputs of this
+            // pass get new file numbers and are not rewritten again.
+            let targets: std::collections::HashSet<u64> = self.current().version.levels[level]
+                .iter()
+                .map(|t| t.record.file_number)
+                .collect();
+            loop {
+                let pick = |db: &Self, _: &[Vec<u8>]| -> Option<CompactionJob> {
+                    let version = Arc::clone(&db.current().version);
+                    let tables = version.levels.get(level)?;
+                    if level == 0 {
+                        if tables.is_empty() {
+                            return None;
+                        }
+                        return Some(db.job_for(&version, 0, 1, tables.clone()));
+                    }
+                    let output = if level == bottom { level } else { level + 1 };
+                    let first = tables
+                        .iter()
+                        .find(|t| targets.contains(&t.record.file_number))?;
+                    Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
+                };
+                match self.claim(pick)? {
+                    Some(job) => {
+                        let result = self.run_compaction(&job);
+                        let failed = result.as_ref().err().map(|e| e.to_string());
+                        self.finish_compaction(result);
+                        if let Some(why) = failed {
+                            return Err(Error::Poisoned(why));
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges a job's inputs into new tables and installs them.
+    pub(crate) fn run_compaction(&self, job: &CompactionJob) -> Result<()> {
+        let all_inputs: Vec<&Arc<TableHandle>> =
+            job.inputs.iter().chain(job.overlaps.iter()).collect();
+        let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+        for t in &all_inputs {
+            children.push(Box::new(t.table.iter()));
+        }
+        let mut merged = MergingIterator::new(children);
+        merged.seek_to_first()?;
+
+        let version = Arc::clone(&self.current().version);
+        let deeper_levels = &version.levels[job.output_level + 1..];
+        let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
+
+        let mut outputs: Vec<Arc<TableHandle>> = Vec::new();
+        let mut builder: Option<(u64, TableBuilder)> = None;
+        let mut last_user: Option<Vec<u8>> = None;
+        let result = (|| -> Result<()> {
+            while merged.valid() {
+                let key = merged.key();
+                let (user, seq, kind) = decode_internal_key(key).ok_or_else(|| {
+                    Error::corruption(
+                        self.dir.clone(),
+                        None,
+                        "malformed internal key in compaction input",
+                    )
+                })?;
+                if last_user.as_deref() == Some(user) {
+                    merged.next()?; // an older, shadowed version
+                    continue;
+                }
+                last_user = Some(user.to_vec());
+                if kind == ValueKind::Delete
+                    && !deeper_levels
+                        .iter()
+                        .any(|tables| crate::version::find_covering(tables, user).is_some())
+                {
+                    merged.next()?; // nothing below for the tombstone to hide
+                    continue;
+                }
+                if let Some((_, b)) = &builder {
+                    if b.estimated_file_size() >= self.opts.table_bytes {
+                        let (number, b) = builder.take().expect("checked");
+                        outputs.push(self.finish_output(number, b, job.output_level)?);
+                    }
+                }
+                if builder.is_none() {
+                    let number = self.next_file.fetch_add(1, Ordering::SeqCst);
+                    let path = self.dir.join(table_file_name(number));
+                    let b = TableBuilder::new(
+                        self.fs.as_ref(),
+                        &path,
+                        number,
+                        table_options(&self.opts),
+                    )?;
+                    builder = Some((number, b));
+                }
+                let (_, b) = builder.as_mut().expect("just set");
+                b.add(user, seq, kind, merged.value())?;
+                merged.next()?;
+            }
+            if let Some((number, b)) = builder.take() {
+                outputs.push(self.finish_output(number, b, job.output_level)?);
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // Unreferenced outputs: remove them now (or at the next open).
+            for o in &outputs {
+                o.mark_obsolete();
+            }
+            if let Some((number, _)) = builder {
+                let _ = self.fs.remove_file(&self.dir.join(table_file_name(number)));
+            }
+            return Err(e);
+        }
+        let bytes_written: u64 = outputs.iter().map(|t| t.record.file_size).sum();
+
+        let mut bg = self.bg.lock();
+        let removed: Vec<(u32, u64)> = job
+            .inputs
+            .iter()
+            .map(|t| (job.level as u32, t.record.file_number))
+            .chain(
+                job.overlaps
+                    .iter()
+                    .map(|t| (job.output_level as u32, t.record.file_number)),
+            )
+            .collect();
+        let edit = VersionEdit {
+            added: outputs.iter().map(|t| t.record.clone()).collect(),
+            removed: removed.clone(),
+            next_file_number: Some(self.next_file.load(Ordering::SeqCst)),
+            last_sequence: None,
+            log_number: None,
+        };
+        if let Err(e) = bg.manifest.log_edit(&edit) {
+            for o in &outputs {
+                o.mark_obsolete();
+            }
+            return Err(e);
+        }
+        let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
+        bg.mstate.apply(&edit, &manifest_path)?;
+        self.install_version(|v| v.apply(&removed, outputs.clone()));
+        for t in job.inputs.iter().chain(job.overlaps.iter()) {
+            t.mark_obsolete();
+        }
+        if job.level > 0 {
+            if let Some(last) = job.inputs.iter().map(|t| &t.record.largest).max() {
+                bg.compact_pointer[job.level] = last.clone();
+            }
+        }
+        drop(bg);
+        self.engine.compactions.fetch_add(1, Ordering::Relaxed);
+        self.engine
+            .compaction_bytes_read
+            .fetch_add(bytes_read, Ordering::Relaxed);
+        self.engine
+            .compaction_bytes_written
+            .fetch_add(bytes_written, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn finish_output(
+        &self,
+        number: u64,
+        builder: TableBuilder,
+        level: usize,
+    ) -> Result<Arc<TableHandle>> {
+        let meta = builder.finish()?;
+        let path = self.dir.join(table_file_name(number));
+        let table = Table::open(
+            &path,
+            number,
+            &self.opts.filter_policy,
+            Arc::clone(&self.counters),
+        )?;
+        Ok(TableHandle::new(
+            record_for(level as u32, &meta),
+            Arc::new(table),
+            Arc::clone(&self.fs),
+            path,
+        ))
+    }
+}

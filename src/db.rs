@@ -1,0 +1,908 @@
+//! The database handle: open, recover, write, read, scan, flush, close.
+//!
+//! # Write path
+//! 1. Validate every key and value of the batch (nothing is written if one
+//!    is bad).
+//! 2. Under the writer lock: make room (freeze a full memtable, start a new
+//!    log; wait if flushes or level-0 compactions fall behind), assign
+//!    consecutive sequence numbers, append the batch to the write-ahead log as
+//!    one record (fsynced first when `sync_writes`), insert it into the
+//!    memtable, then publish its last sequence number to readers.
+//!
+//! # Read path
+//! Take the current *super version* (memtable, frozen memtables, table set),
+//! then the published sequence number as the snapshot. Look in the memtable,
+//! the frozen memtables newest first, then the tables in lookup order (see
+//! [`crate::version`]), hashing the key once for every table's filter.
+//!
+//! # Background work
+//! A flush thread turns frozen memtables into level-0 tables, records each in
+//! the manifest, then deletes the memtable's log. A compaction thread merges
+//! tables down the levels (see [`crate::compaction`]).
+
+use std::fs::File;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::batch::WriteBatch;
+use crate::error::{Error, Result};
+use crate::filter::key_hash;
+use crate::fs::FileSystem;
+use crate::iter::InternalIterator;
+use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
+use crate::manifest::{manifest_file_name, Manifest, ManifestState, TableRecord, VersionEdit};
+use crate::memtable::{MemLookup, Memtable};
+use crate::merge::{DbIterator, LevelIterator, MergingIterator};
+use crate::options::Options;
+use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
+use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
+use crate::version::{table_file_name, TableHandle, Version};
+use crate::wal::{read_log, LogWriter};
+
+/// Name of write-ahead log `number`.
+pub(crate) fn log_file_name(number: u64) -> String {
+    format!("{number:06}.log")
+}
+
+/// What a reader pins: the mutable memtable, the frozen ones (newest first)
+/// and the table set.
+pub(crate) struct SuperVersion {
+    pub(crate) mem: Arc<Memtable>,
+    pub(crate) imms: Vec<Arc<Memtable>>,
+    pub(crate) version: Arc<Version>,
+}
+
+struct WriterState {
+    wal: LogWriter,
+    mem: Arc<Memtable>,
+    last_seq: SequenceNumber,
+}
+
+/// State of the manifest and background jobs, under one mutex.
+pub(crate) struct BgState {
+    pub(crate) manifest: Manifest,
+    pub(crate) mstate: ManifestState,
+    pub(crate) shutdown: bool,
+    /// A compaction is running (only one at a time).
+    pub(crate) compacting: bool,
+    /// Per level, the largest key of the last table compacted out of it, so
+    /// the next pick starts after it (rotation through the key space).
+    pub(crate) compact_pointer: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+pub(crate) struct EngineCounters {
+    pub(crate) flushes: AtomicU64,
+    pub(crate) flush_bytes_written: AtomicU64,
+    pub(crate) compactions: AtomicU64,
+    pub(crate) compaction_bytes_read: AtomicU64,
+    pub(crate) compaction_bytes_written: AtomicU64,
+    pub(crate) user_bytes_written: AtomicU64,
+}
+
+pub(crate) struct DbInner {
+    pub(crate) dir: PathBuf,
+    pub(crate) opts: Options,
+    pub(crate) fs: Arc<dyn FileSystem>,
+    _lock: File,
+    pub(crate) counters: Arc<ReadCounters>,
+    pub(crate) engine: EngineCounters,
+    visible_seq: AtomicU64,
+    sv: RwLock<Arc<SuperVersion>>,
+    writer: Mutex<WriterState>,
+    pub(crate) bg: Mutex<BgState>,
+    /// Wakes the background threads (new frozen memtable, new level-0
+    /// table, shutdown).
+    pub(crate) bg_cv: Condvar,
+    /// Signals waiters (stalled writers, `flush`, `compact`) that background
+    /// work finished or failed.
+    pub(crate) done_cv: Condvar,
+    pub(crate) next_file: AtomicU64,
+    poison: Mutex<Option<String>>,
+    poisoned: AtomicBool,
+}
+
+/// An open database.
+///
+/// `Db` is `Send + Sync`: share it across threads with `Arc<Db>`. Dropping
+/// it (or calling [`close`](Db::close)) stops the background threads and
+/// syncs the log; nothing acknowledged is lost.
+pub struct Db {
+    inner: Arc<DbInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.inner.dir).finish()
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::io(path, e)
+}
+
+impl Db {
+    /// Opens (creating if missing) the database in directory `path`.
+    ///
+    /// Recovery rebuilds the levels from the manifest, replays the
+    /// write-ahead logs newer than it into a level-0 table, writes a fresh
+    /// manifest and removes files no version references. Errors:
+    /// [`Error::InvalidArgument`] for bad options, [`Error::Locked`] if the
+    /// directory is open elsewhere, [`Error::Io`] (with the path) if it cannot
+    /// be created or read, [`Error::Corruption`] naming a damaged file.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let dir = path.as_ref().to_path_buf();
+        let fs = Arc::clone(&opts.fs);
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::io(
+                &dir,
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+            ));
+        }
+        fs.create_dir_all(&dir).map_err(io_err(&dir))?;
+        let lock = acquire_lock(&dir)?;
+        let counters = Arc::new(ReadCounters::default());
+
+        let recovered = Manifest::recover(fs.as_ref(), &dir)?;
+        let old_manifest = recovered.as_ref().map(|(_, n)| *n);
+        let mut mstate = match recovered {
+            Some((state, _)) => state,
+            None => ManifestState {
+                levels: Vec::new(),
+                next_file_number: 1,
+                last_sequence: 0,
+                log_number: 0,
+            },
+        };
+        if mstate.levels.len() > opts.num_levels
+            && mstate.levels[opts.num_levels..]
+                .iter()
+                .any(|l| !l.is_empty())
+        {
+            return Err(Error::invalid(format!(
+                "database has {} levels but num_levels is {}",
+                mstate.levels.len(),
+                opts.num_levels
+            )));
+        }
+        mstate.levels.resize(opts.num_levels, Vec::new());
+
+        let names = fs.list_dir(&dir).map_err(io_err(&dir))?;
+        let mut max_number = mstate.next_file_number;
+        let mut logs = Vec::new();
+        for name in &names {
+            if let Some(n) = parse_numbered(name, ".log") {
+                max_number = max_number.max(n + 1);
+                if n >= mstate.log_number {
+                    logs.push(n);
+                }
+            } else if let Some(n) = parse_numbered(name, ".sst") {
+                max_number = max_number.max(n + 1);
+            }
+        }
+        logs.sort_unstable();
+        let next_file = AtomicU64::new(max_number);
+
+        // Open every table the manifest references.
+        let mut handles = Vec::new();
+        for record in mstate.levels.iter().flatten() {
+            let path = dir.join(table_file_name(record.file_number));
+            let table = Table::open(
+                &path,
+                record.file_number,
+                &opts.filter_policy,
+                Arc::clone(&counters),
+            )?;
+            handles.push(TableHandle::new(
+                record.clone(),
+                Arc::new(table),
+                Arc::clone(&fs),
+                path,
+            ));
+        }
+        let mut version = Version::new(opts.num_levels).apply(&[], handles);
+
+        // Replay the logs newer than the manifest into one memtable.
+        let mut last_seq = mstate.last_sequence;
+        let replay = Arc::new(Memtable::new(0));
+        for &n in &logs {
+            let path = dir.join(log_file_name(n));
+            let contents = read_log(fs.as_ref(), &path)?;
+            let mut offset = 0u64;
+            for record in &contents.records {
+                let (first_seq, batch) = WriteBatch::decode(record, |why| {
+                    Error::corruption(&path, Some(offset), format!("bad batch record: {why}"))
+                })?;
+                offset += record.len() as u64 + 8;
+                for (i, op) in batch.ops().iter().enumerate() {
+                    replay.insert(&op.key, first_seq + i as u64, op.kind, &op.value);
+                }
+                if !batch.is_empty() {
+                    last_seq = last_seq.max(first_seq + batch.len() as u64 - 1);
+                }
+            }
+        }
+        if !replay.is_empty() {
+            let number = next_file.fetch_add(1, Ordering::SeqCst);
+            let (record, table) = write_level0_table(&dir, &fs, &opts, &counters, &replay, number)?;
+            let path = dir.join(table_file_name(number));
+            mstate.levels[0].push(record.clone());
+            version = version.apply(
+                &[],
+                vec![TableHandle::new(
+                    record,
+                    Arc::new(table),
+                    Arc::clone(&fs),
+                    path,
+                )],
+            );
+        }
+
+        // A fresh manifest describing the recovered state, then a fresh log.
+        let manifest_number = next_file.fetch_add(1, Ordering::SeqCst);
+        let wal_number = next_file.fetch_add(1, Ordering::SeqCst);
+        mstate.log_number = wal_number;
+        mstate.last_sequence = last_seq;
+        mstate.next_file_number = next_file.load(Ordering::SeqCst);
+        let wal_path = dir.join(log_file_name(wal_number));
+        let wal = LogWriter::create(fs.as_ref(), &wal_path)?;
+        let manifest = Manifest::create(fs.as_ref(), &dir, manifest_number, &mstate)?;
+
+        // Remove what no version references: old logs and manifests, tables
+        // of unfinished flushes or compactions, temporary files.
+        let live: std::collections::HashSet<u64> = mstate
+            .levels
+            .iter()
+            .flatten()
+            .map(|r| r.file_number)
+            .collect();
+        for name in &names {
+            let obsolete = if let Some(n) = parse_numbered(name, ".log") {
+                n != wal_number
+            } else if let Some(n) = parse_numbered(name, ".sst") {
+                !live.contains(&n)
+            } else if let Some(rest) = name.strip_prefix("MANIFEST-") {
+                rest.parse::<u64>()
+                    .map(|n| n != manifest_number)
+                    .unwrap_or(false)
+            } else {
+                name.ends_with(".tmp")
+            };
+            if obsolete {
+                let p = dir.join(name);
+                fs.remove_file(&p).map_err(io_err(&p))?;
+            }
+        }
+        let _ = old_manifest;
+        fs.sync_dir(&dir).map_err(io_err(&dir))?;
+
+        let mem = Arc::new(Memtable::new(wal_number));
+        let sv = SuperVersion {
+            mem: Arc::clone(&mem),
+            imms: Vec::new(),
+            version: Arc::new(version),
+        };
+        let num_levels = opts.num_levels;
+        let inner = Arc::new(DbInner {
+            dir,
+            fs,
+            _lock: lock,
+            counters,
+            engine: EngineCounters::default(),
+            visible_seq: AtomicU64::new(last_seq),
+            sv: RwLock::new(Arc::new(sv)),
+            writer: Mutex::new(WriterState { wal, mem, last_seq }),
+            bg: Mutex::new(BgState {
+                manifest,
+                mstate,
+                shutdown: false,
+                compacting: false,
+                compact_pointer: vec![Vec::new(); num_levels],
+            }),
+            bg_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+            next_file,
+            poison: Mutex::new(None),
+            poisoned: AtomicBool::new(false),
+            opts,
+        });
+
+        let mut threads = Vec::new();
+        let flusher = Arc::clone(&inner);
+        threads.push(
+            std::thread::Builder::new()
+                .name("sievedb-flush".into())
+                .spawn(move || flusher.flush_loop())
+                .map_err(|e| Error::io(&inner.dir, e))?,
+        );
+        if inner.opts.background_compaction {
+            let compactor = Arc::clone(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("sievedb-compact".into())
+                    .spawn(move || compactor.compaction_loop())
+                    .map_err(|e| Error::io(&inner.dir, e))?,
+            );
+        }
+        Ok(Db {
+            inner,
+            threads: Mutex::new(threads),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put(key, value);
+        self.write(&batch)
+    }
+
+    /// Deletes `key` (a no-op if it is absent).
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.delete(key);
+        self.write(&batch)
+    }
+
+    /// Applies `batch` atomically: after a crash, all of it or none of it is
+    /// present, and readers never see part of it.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.check_open()?;
+        self.inner.write(batch)
+    }
+
+    /// The value of `key`, or `None` if it is absent or deleted.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.check_open()?;
+        self.inner.get(key.as_ref())
+    }
+
+    /// A point-in-time scan of the keys in `range`, ascending.
+    pub fn scan<K, R>(&self, range: R) -> Result<DbIterator>
+    where
+        K: AsRef<[u8]>,
+        R: RangeBounds<K>,
+    {
+        self.check_open()?;
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Ok(self
+            .inner
+            .scan(own(range.start_bound()), own(range.end_bound())))
+    }
+
+    /// A point-in-time scan of the whole key space, ascending.
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.scan::<&[u8], _>(..)
+    }
+
+    /// Freezes the memtable and waits until it (and any other frozen
+    /// memtable) is a level-0 table recorded in the manifest.
+    pub fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.flush()
+    }
+
+    /// Runs compactions until no level is over its target (level 0 below its
+    /// trigger), blocking until done.
+    pub fn compact(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.compact_until_balanced()
+    }
+
+    /// Rewrites every table (a full compaction): all data moves to the
+    /// deepest level that holds data, and every table's filter is rebuilt by
+    /// the current filter policy. Use it after switching policy to migrate
+    /// the whole tree at once.
+    pub fn compact_all(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.compact_all()
+    }
+
+    /// A snapshot of the read I/O counters and the tree's shape.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Every live table, level by level (level 0 newest first).
+    pub fn tables(&self) -> Vec<TableInfo> {
+        let sv = self.inner.current();
+        let mut out = Vec::new();
+        for (level, tables) in sv.version.levels.iter().enumerate() {
+            for t in tables {
+                let meta = t.table.meta();
+                out.push(TableInfo {
+                    level,
+                    file_number: t.record.file_number,
+                    file_size: t.record.file_size,
+                    entries: meta.entries,
+                    smallest: t.record.smallest.clone(),
+                    largest: t.record.largest.clone(),
+                    filter_policy: meta.filter_policy.clone(),
+                    filter_format: t.table.filter().format_name().to_string(),
+                    filter_bytes: meta.filter_bytes,
+                });
+            }
+        }
+        out
+    }
+
+    /// Sets the read I/O counters to zero (the shape is not a counter).
+    pub fn reset_stats(&self) {
+        self.inner.counters.reset();
+    }
+
+    /// The directory the database lives in.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Stops the background threads and syncs the log. Dropping the handle
+    /// does the same, ignoring errors; `close` reports them.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut bg = self.inner.bg.lock();
+            bg.shutdown = true;
+            self.inner.bg_cv.notify_all();
+            self.inner.done_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        let mut w = self.inner.writer.lock();
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        w.wal.sync()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+fn acquire_lock(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+    }
+}
+
+/// Parses `"{number}{suffix}"`.
+fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
+    let stem = name.strip_suffix(suffix)?;
+    if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+/// Table-building options for the database's current policy.
+pub(crate) fn table_options(opts: &Options) -> TableOptions {
+    TableOptions {
+        block_bytes: opts.block_bytes,
+        restart_interval: opts.restart_interval,
+        filter_policy: Arc::clone(&opts.filter_policy),
+    }
+}
+
+pub(crate) fn record_for(level: u32, meta: &TableMeta) -> TableRecord {
+    TableRecord {
+        level,
+        file_number: meta.file_number,
+        file_size: meta.file_size,
+        smallest: meta.smallest.clone(),
+        largest: meta.largest.clone(),
+        smallest_seq: meta.smallest_seq,
+        largest_seq: meta.largest_seq,
+    }
+}
+
+/// Writes the newest version of every key of `mem` to level-0 table
+/// `number`, synced, and opens it.
+fn write_level0_table(
+    dir: &Path,
+    fs: &Arc<dyn FileSystem>,
+    opts: &Options,
+    counters: &Arc<ReadCounters>,
+    mem: &Memtable,
+    number: u64,
+) -> Result<(TableRecord, Table)> {
+    let path = dir.join(table_file_name(number));
+    let mut builder = TableBuilder::new(fs.as_ref(), &path, number, table_options(opts))?;
+    let mut prev: Option<Vec<u8>> = None;
+    mem.for_each(|key, seq, kind, value| {
+        // The memtable is frozen and every reader that could need an older
+        // version pins the memtable itself, so only the newest survives.
+        if prev.as_deref() == Some(key) {
+            return Ok(());
+        }
+        prev = Some(key.to_vec());
+        builder.add(key, seq, kind, value)
+    })?;
+    let meta = builder.finish()?;
+    let table = Table::open(&path, number, &opts.filter_policy, Arc::clone(counters))?;
+    Ok((record_for(0, &meta), table))
+}
+
+impl DbInner {
+    pub(crate) fn current(&self) -> Arc<SuperVersion> {
+        Arc::clone(&self.sv.read())
+    }
+
+    /// Swaps in a new table set built from the current one.
+    pub(crate) fn install_version(&self, f: impl FnOnce(&Version) -> Version) {
+        let mut sv = self.sv.write();
+        *sv = Arc::new(SuperVersion {
+            mem: Arc::clone(&sv.mem),
+            imms: sv.imms.clone(),
+            version: Arc::new(f(&sv.version)),
+        });
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let why = self.poison.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(why));
+        }
+        Ok(())
+    }
+
+    /// Records a failure that leaves memory and disk possibly out of step:
+    /// writes are refused until the database is reopened.
+    pub(crate) fn set_poison(&self, err: &Error) {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            *p = Some(err.to_string());
+        }
+        self.poisoned.store(true, Ordering::Release);
+        self.done_cv.notify_all();
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn validate_batch(&self, batch: &WriteBatch) -> Result<()> {
+        for op in batch.ops() {
+            self.validate_key(&op.key)?;
+            if op.value.len() > self.opts.max_value_bytes {
+                return Err(Error::invalid(format!(
+                    "value of {} bytes exceeds max_value_bytes ({})",
+                    op.value.len(),
+                    self.opts.max_value_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::invalid("keys must be at least 1 byte"));
+        }
+        if key.len() > self.opts.max_key_bytes {
+            return Err(Error::invalid(format!(
+                "key of {} bytes exceeds max_key_bytes ({})",
+                key.len(),
+                self.opts.max_key_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.validate_batch(batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        if w.last_seq + batch.len() as u64 > MAX_SEQUENCE {
+            return Err(Error::invalid("sequence numbers exhausted"));
+        }
+        self.make_room(&mut w, false)?;
+        let first_seq = w.last_seq + 1;
+        let payload = batch.encode(first_seq);
+        let logged = w.wal.add_record(&payload).and_then(|()| {
+            if self.opts.sync_writes {
+                w.wal.sync()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = logged {
+            self.set_poison(&e);
+            return Err(e);
+        }
+        for (i, op) in batch.ops().iter().enumerate() {
+            w.mem
+                .insert(&op.key, first_seq + i as u64, op.kind, &op.value);
+        }
+        w.last_seq = first_seq + batch.len() as u64 - 1;
+        self.engine
+            .user_bytes_written
+            .fetch_add(batch.data_bytes() as u64, Ordering::Relaxed);
+        self.visible_seq.store(w.last_seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Freezes the memtable when it is full (or when `force` and it is not
+    /// empty), waiting first if too many frozen memtables or level-0 tables
+    /// are queued.
+    fn make_room(&self, w: &mut WriterState, force: bool) -> Result<()> {
+        loop {
+            self.check_writable()?;
+            let full = w.mem.approx_bytes() >= self.opts.memtable_bytes;
+            if !full && (!force || w.mem.is_empty()) {
+                return Ok(());
+            }
+            let sv = self.current();
+            let too_many_imms = sv.imms.len() >= self.opts.max_immutable_memtables;
+            // Too many level-0 tables make every read check more filters:
+            // hold writers until compaction catches up.
+            let l0_stall = self.opts.background_compaction
+                && sv.version.levels[0].len() >= self.opts.level0_stop_writes;
+            drop(sv);
+            if too_many_imms || l0_stall {
+                let mut bg = self.bg.lock();
+                if bg.shutdown {
+                    return Err(Error::Closed);
+                }
+                self.bg_cv.notify_all();
+                self.done_cv
+                    .wait_for(&mut bg, std::time::Duration::from_millis(50));
+                continue;
+            }
+            return self.rotate(w);
+        }
+    }
+
+    /// Freezes the memtable and starts a new log.
+    fn rotate(&self, w: &mut WriterState) -> Result<()> {
+        let number = self.next_file.fetch_add(1, Ordering::SeqCst);
+        let path = self.dir.join(log_file_name(number));
+        // The old log's memtable is about to be flushed; make it durable so
+        // a power cut before the flush cannot lose it.
+        let rotated = w
+            .wal
+            .sync()
+            .and_then(|()| LogWriter::create(self.fs.as_ref(), &path));
+        let wal = match rotated {
+            Ok(wal) => wal,
+            Err(e) => {
+                self.set_poison(&e);
+                return Err(e);
+            }
+        };
+        let mem = Arc::new(Memtable::new(number));
+        {
+            let mut sv = self.sv.write();
+            let mut imms = Vec::with_capacity(sv.imms.len() + 1);
+            imms.push(Arc::clone(&w.mem));
+            imms.extend(sv.imms.iter().cloned());
+            *sv = Arc::new(SuperVersion {
+                mem: Arc::clone(&mem),
+                imms,
+                version: Arc::clone(&sv.version),
+            });
+        }
+        w.wal = wal;
+        w.mem = mem;
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.validate_key(key)?;
+        ReadCounters::add(&self.counters.gets, 1);
+        let sv = self.current();
+        let snapshot = self.visible_seq.load(Ordering::Acquire);
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            match mem.get(key, snapshot) {
+                Some(MemLookup::Value(v)) => return Ok(Some(v)),
+                Some(MemLookup::Deleted) => return Ok(None),
+                None => {}
+            }
+        }
+        let hash = key_hash(key);
+        Ok(match sv.version.get(key, hash, snapshot)? {
+            Some(found) if found.kind == ValueKind::Put => Some(found.value),
+            _ => None,
+        })
+    }
+
+    fn scan(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> DbIterator {
+        let sv = self.current();
+        let snapshot = self.visible_seq.load(Ordering::Acquire);
+        let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            children.push(Box::new(mem.iter()));
+        }
+        for (level, tables) in sv.version.levels.iter().enumerate() {
+            if level == 0 {
+                for t in tables {
+                    children.push(Box::new(t.table.iter()));
+                }
+            } else if !tables.is_empty() {
+                children.push(Box::new(LevelIterator::new(tables.clone())));
+            }
+        }
+        DbIterator::new(
+            Box::new(sv),
+            MergingIterator::new(children),
+            snapshot,
+            lower,
+            upper,
+        )
+    }
+
+    fn flush(&self) -> Result<()> {
+        {
+            let mut w = self.writer.lock();
+            self.check_writable()?;
+            self.make_room(&mut w, true)?;
+        }
+        let mut bg = self.bg.lock();
+        loop {
+            self.check_writable()?;
+            if self.current().imms.is_empty() {
+                return Ok(());
+            }
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.notify_all();
+            self.done_cv.wait(&mut bg);
+        }
+    }
+
+    fn flush_loop(self: Arc<Self>) {
+        loop {
+            let imm = {
+                let mut bg = self.bg.lock();
+                loop {
+                    if bg.shutdown || self.is_poisoned() {
+                        return;
+                    }
+                    if let Some(imm) = self.current().imms.last().cloned() {
+                        break imm;
+                    }
+                    self.bg_cv.wait(&mut bg);
+                }
+            };
+            if let Err(e) = self.flush_memtable(&imm) {
+                self.set_poison(&e);
+                return;
+            }
+        }
+    }
+
+    /// Writes frozen memtable `imm` to a level-0 table, records it in the
+    /// manifest, installs it, then deletes the memtable's log.
+    fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
+        let mut added = Vec::new();
+        let mut max_seq = 0;
+        if !imm.is_empty() {
+            let number = self.next_file.fetch_add(1, Ordering::SeqCst);
+            let (record, table) =
+                write_level0_table(&self.dir, &self.fs, &self.opts, &self.counters, imm, number)?;
+            max_seq = record.largest_seq;
+            self.engine
+                .flush_bytes_written
+                .fetch_add(record.file_size, Ordering::Relaxed);
+            let path = self.dir.join(table_file_name(number));
+            added.push(TableHandle::new(
+                record,
+                Arc::new(table),
+                Arc::clone(&self.fs),
+                path,
+            ));
+        }
+        {
+            let mut bg = self.bg.lock();
+            let cur = self.current();
+            // Logs older than the oldest memtable still unflushed are obsolete.
+            let log_number = cur
+                .imms
+                .iter()
+                .rev()
+                .find(|m| !Arc::ptr_eq(m, imm))
+                .map(|m| m.wal_number())
+                .unwrap_or_else(|| cur.mem.wal_number());
+            let edit = VersionEdit {
+                added: added.iter().map(|h| h.record.clone()).collect(),
+                removed: Vec::new(),
+                next_file_number: Some(self.next_file.load(Ordering::SeqCst)),
+                last_sequence: Some(bg.mstate.last_sequence.max(max_seq)),
+                log_number: Some(log_number),
+            };
+            bg.manifest.log_edit(&edit)?;
+            let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
+            bg.mstate.apply(&edit, &manifest_path)?;
+            let mut sv = self.sv.write();
+            let imms = sv
+                .imms
+                .iter()
+                .filter(|m| !Arc::ptr_eq(m, imm))
+                .cloned()
+                .collect();
+            *sv = Arc::new(SuperVersion {
+                mem: Arc::clone(&sv.mem),
+                imms,
+                version: Arc::new(sv.version.apply(&[], added)),
+            });
+        }
+        self.engine.flushes.fetch_add(1, Ordering::Relaxed);
+        let log = self.dir.join(log_file_name(imm.wal_number()));
+        // Obsolete now; if removal fails, the next open removes it.
+        let _ = self.fs.remove_file(&log);
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+        self.done_cv.notify_all();
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        self.counters.snapshot_into(&mut stats);
+        let sv = self.current();
+        for tables in &sv.version.levels {
+            let mut level = LevelStats::default();
+            for t in tables {
+                let meta = t.table.meta();
+                level.tables += 1;
+                level.bytes += t.record.file_size;
+                level.filter_bytes += meta.filter_bytes;
+                level.entries += meta.entries;
+            }
+            stats.levels.push(level);
+        }
+        let e = &self.engine;
+        stats.flushes = e.flushes.load(Ordering::Relaxed);
+        stats.flush_bytes_written = e.flush_bytes_written.load(Ordering::Relaxed);
+        stats.compactions = e.compactions.load(Ordering::Relaxed);
+        stats.compaction_bytes_read = e.compaction_bytes_read.load(Ordering::Relaxed);
+        stats.compaction_bytes_written = e.compaction_bytes_written.load(Ordering::Relaxed);
+        stats.user_bytes_written = e.user_bytes_written.load(Ordering::Relaxed);
+        stats
+    }
+}

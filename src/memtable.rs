@@ -1,0 +1,198 @@
+//! The sorted in-memory table that absorbs writes.
+//!
+//! A lock-free skip list (crossbeam-skiplist) of internal keys: writers insert
+//! while readers look up and iterate, and neither blocks the other. Every
+//! version of a key is kept (ordered newest first), so a reader at any
+//! snapshot finds the version it should see. Once the memtable reaches
+//! `Options::memtable_bytes` it is frozen and flushed to a level-0 table; its
+//! write-ahead log (numbered `wal_number`) is deleted once that table is
+//! recorded in the manifest.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam_skiplist::SkipMap;
+
+use crate::error::Result;
+use crate::iter::InternalIterator;
+use crate::key::{decode_internal_key, InternalKey, SequenceNumber, ValueKind};
+
+/// Bytes charged per entry on top of its key and value (skip-list node,
+/// vectors' headers): keeps the flush threshold honest for small entries.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// What a memtable knows about a key at a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MemLookup {
+    /// The newest visible version is a value.
+    Value(Vec<u8>),
+    /// The newest visible version is a tombstone.
+    Deleted,
+}
+
+/// A sorted, concurrent in-memory table of internal keys.
+pub(crate) struct Memtable {
+    map: SkipMap<InternalKey, Vec<u8>>,
+    approx_bytes: AtomicUsize,
+    wal_number: u64,
+}
+
+impl Memtable {
+    /// An empty memtable whose writes are logged in WAL `wal_number`.
+    pub(crate) fn new(wal_number: u64) -> Memtable {
+        Memtable {
+            map: SkipMap::new(),
+            approx_bytes: AtomicUsize::new(0),
+            wal_number,
+        }
+    }
+
+    /// The number of the write-ahead log holding this memtable's writes.
+    pub(crate) fn wal_number(&self) -> u64 {
+        self.wal_number
+    }
+
+    /// Inserts one version.
+    pub(crate) fn insert(
+        &self,
+        user_key: &[u8],
+        seq: SequenceNumber,
+        kind: ValueKind,
+        value: &[u8],
+    ) {
+        self.approx_bytes.fetch_add(
+            user_key.len() + value.len() + ENTRY_OVERHEAD,
+            Ordering::Relaxed,
+        );
+        self.map
+            .insert(InternalKey::new(user_key, seq, kind), value.to_vec());
+    }
+
+    /// The newest version of `user_key` with sequence `<= snapshot`.
+    pub(crate) fn get(&self, user_key: &[u8], snapshot: SequenceNumber) -> Option<MemLookup> {
+        let probe = InternalKey::new(user_key, snapshot, ValueKind::Put);
+        let entry = self.map.lower_bound(Bound::Included(&probe))?;
+        let key = entry.key();
+        if key.user_key != user_key {
+            return None;
+        }
+        Some(match key.kind {
+            ValueKind::Put => MemLookup::Value(entry.value().clone()),
+            ValueKind::Delete => MemLookup::Deleted,
+        })
+    }
+
+    /// Approximate memory used by keys, values and nodes.
+    pub(crate) fn approx_bytes(&self) -> usize {
+        self.approx_bytes.load(Ordering::Relaxed)
+    }
+
+    /// True when nothing was inserted.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// A cursor over the memtable's versions in internal-key order.
+    pub(crate) fn iter(self: &Arc<Self>) -> MemtableIter {
+        MemtableIter {
+            mem: Arc::clone(self),
+            buf: Vec::new(),
+            last: None,
+            pos: 0,
+            exhausted: true,
+        }
+    }
+
+    /// Calls `f` on every version in internal-key order (used by flushes).
+    pub(crate) fn for_each(
+        &self,
+        mut f: impl FnMut(&[u8], SequenceNumber, ValueKind, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        for entry in self.map.iter() {
+            let k = entry.key();
+            f(&k.user_key, k.seq, k.kind, entry.value())?;
+        }
+        Ok(())
+    }
+}
+
+/// Entries copied out of the skip list per refill: amortises the lookups
+/// while keeping the cursor independent of the skip list's borrows.
+const REFILL: usize = 64;
+
+/// A cursor over a memtable. It copies entries out in small batches, so it
+/// owns its data and sees inserts made after it was created only if they
+/// sort after its position (the engine filters them out by sequence).
+pub(crate) struct MemtableIter {
+    mem: Arc<Memtable>,
+    buf: Vec<(Vec<u8>, Vec<u8>)>,
+    last: Option<InternalKey>,
+    pos: usize,
+    exhausted: bool,
+}
+
+impl MemtableIter {
+    fn fill_from(&mut self, lower: Bound<&InternalKey>) {
+        self.buf.clear();
+        self.pos = 0;
+        let mut cursor = self.mem.map.lower_bound(lower);
+        self.last = None;
+        while let Some(entry) = cursor {
+            if self.buf.len() == REFILL {
+                break;
+            }
+            self.buf.push((entry.key().encode(), entry.value().clone()));
+            if self.buf.len() == REFILL {
+                self.last = Some(entry.key().clone());
+            }
+            cursor = entry.next();
+        }
+        self.exhausted = self.buf.len() < REFILL;
+    }
+}
+
+impl InternalIterator for MemtableIter {
+    fn valid(&self) -> bool {
+        self.pos < self.buf.len()
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.fill_from(Bound::Unbounded);
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        match decode_internal_key(target) {
+            Some((user, seq, kind)) => {
+                let probe = InternalKey::new(user, seq, kind);
+                self.fill_from(Bound::Included(&probe));
+            }
+            None => {
+                // Not a full internal key: seek to the newest version of
+                // the target taken as a user key.
+                let probe = InternalKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put);
+                self.fill_from(Bound::Included(&probe));
+            }
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<()> {
+        self.pos += 1;
+        if self.pos >= self.buf.len() && !self.exhausted {
+            if let Some(last) = self.last.take() {
+                self.fill_from(Bound::Excluded(&last));
+            }
+        }
+        Ok(())
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.buf[self.pos].0
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.buf[self.pos].1
+    }
+}

@@ -1,0 +1,188 @@
+//! Options that shape a database, with their defaults and validation.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::filter::{BloomPolicy, FilterPolicy};
+use crate::fs::{FileSystem, RealFs};
+
+/// Database options. Public fields with sensible defaults; [`Db::open`]
+/// validates them and rejects nonsense with [`Error::InvalidArgument`].
+///
+/// [`Db::open`]: crate::Db::open
+#[derive(Clone)]
+pub struct Options {
+    /// The filter policy new tables (flushes and compaction outputs) are
+    /// built with. Tables built under another policy stay readable: their
+    /// filter bytes describe themselves. Default: blocked Bloom, 10 bits/key.
+    pub filter_policy: Arc<dyn FilterPolicy>,
+    /// Memtable size, in bytes of keys, values and overhead, at which it is
+    /// frozen and flushed to a level-0 table. Default 4 MiB.
+    pub memtable_bytes: usize,
+    /// Immutable memtables allowed to wait for a flush before writers wait.
+    /// Default 2.
+    pub max_immutable_memtables: usize,
+    /// Target size of a table's data blocks. Default 4 KiB.
+    pub block_bytes: usize,
+    /// Entries between restart points inside a data block. Default 16.
+    pub restart_interval: usize,
+    /// When true, every write's log record is fsynced before the write
+    /// returns. When false (the default), a write is in the OS page cache
+    /// when it returns: it survives a process crash but not a power loss
+    /// until the log is synced (by a later synced write, a flush or close).
+    pub sync_writes: bool,
+    /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
+    /// 1 byte.
+    pub max_key_bytes: usize,
+    /// Largest accepted value, in bytes. Default 64 MiB.
+    pub max_value_bytes: usize,
+    /// Number of levels, level 0 included. Default 7.
+    pub num_levels: usize,
+    /// Level-0 table count that triggers a compaction into level 1.
+    /// Default 4.
+    pub level0_compaction_trigger: usize,
+    /// Level-0 table count above which writers wait for compaction.
+    /// Default 12.
+    pub level0_stop_writes: usize,
+    /// Target size of level 1 in bytes. Default 64 MiB.
+    pub level1_bytes: u64,
+    /// Each level below level 1 targets this many times the size of the one
+    /// above. Default 10.
+    pub level_size_multiplier: u64,
+    /// Target size of a compaction output table. Default 8 MiB: small enough
+    /// that a compaction from level n picks one table out of several and
+    /// rewrites about `multiplier` tables below it (not whole levels), large
+    /// enough that filters and indexes stay a small fraction of the files.
+    pub table_bytes: u64,
+    /// Run compactions on a background thread (default true). When false,
+    /// compactions run only when [`Db::compact`](crate::Db::compact) is
+    /// called.
+    pub background_compaction: bool,
+    /// Feed point reads to a heavy-hitter sketch so
+    /// [`Db::hot_keys`](crate::Db::hot_keys) can report the hottest keys.
+    /// Default true.
+    pub track_hot_keys: bool,
+    /// The filesystem all writes go through (tests substitute one that
+    /// simulates power loss and I/O errors). Default: the real one.
+    pub fs: Arc<dyn FileSystem>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("filter_policy", &self.filter_policy.name())
+            .field("memtable_bytes", &self.memtable_bytes)
+            .field("max_immutable_memtables", &self.max_immutable_memtables)
+            .field("block_bytes", &self.block_bytes)
+            .field("restart_interval", &self.restart_interval)
+            .field("sync_writes", &self.sync_writes)
+            .field("max_key_bytes", &self.max_key_bytes)
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field("num_levels", &self.num_levels)
+            .field("level0_compaction_trigger", &self.level0_compaction_trigger)
+            .field("level0_stop_writes", &self.level0_stop_writes)
+            .field("level1_bytes", &self.level1_bytes)
+            .field("level_size_multiplier", &self.level_size_multiplier)
+            .field("table_bytes", &self.table_bytes)
+            .field("background_compaction", &self.background_compaction)
+            .field("track_hot_keys", &self.track_hot_keys)
+            .field("fs", &self.fs)
+            .finish()
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            filter_policy: Arc::new(BloomPolicy::new(10.0)),
+            memtable_bytes: 4 << 20,
+            max_immutable_memtables: 2,
+            block_bytes: 4096,
+            restart_interval: 16,
+            sync_writes: false,
+            max_key_bytes: 64 << 10,
+            max_value_bytes: 64 << 20,
+            num_levels: 7,
+            level0_compaction_trigger: 4,
+            level0_stop_writes: 12,
+            level1_bytes: 64 << 20,
+            level_size_multiplier: 10,
+            table_bytes: 8 << 20,
+            background_compaction: true,
+            track_hot_keys: true,
+            fs: Arc::new(RealFs),
+        }
+    }
+}
+
+impl Options {
+    /// Checks every field; the first problem found is returned as
+    /// [`Error::InvalidArgument`].
+    pub fn validate(&self) -> Result<()> {
+        fn check(ok: bool, what: &str) -> Result<()> {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::invalid(what.to_string()))
+            }
+        }
+        check(
+            self.memtable_bytes >= 1024,
+            "memtable_bytes must be at least 1024",
+        )?;
+        check(
+            self.max_immutable_memtables >= 1,
+            "max_immutable_memtables must be at least 1",
+        )?;
+        check(
+            (64..=(64 << 20)).contains(&self.block_bytes),
+            "block_bytes must be in 64..=64 MiB",
+        )?;
+        check(
+            (1..=1024).contains(&self.restart_interval),
+            "restart_interval must be in 1..=1024",
+        )?;
+        check(
+            (1..=(1 << 20)).contains(&self.max_key_bytes),
+            "max_key_bytes must be in 1..=1 MiB",
+        )?;
+        check(
+            self.max_value_bytes <= (1 << 30),
+            "max_value_bytes must be at most 1 GiB",
+        )?;
+        check(
+            (2..=16).contains(&self.num_levels),
+            "num_levels must be in 2..=16",
+        )?;
+        check(
+            self.level0_compaction_trigger >= 1,
+            "level0_compaction_trigger must be at least 1",
+        )?;
+        check(
+            self.level0_stop_writes >= self.level0_compaction_trigger,
+            "level0_stop_writes must be at least level0_compaction_trigger",
+        )?;
+        check(
+            self.level1_bytes >= 1024,
+            "level1_bytes must be at least 1024",
+        )?;
+        check(
+            self.level_size_multiplier >= 2,
+            "level_size_multiplier must be at least 2",
+        )?;
+        check(
+            self.table_bytes >= 1024,
+            "table_bytes must be at least 1024",
+        )?;
+        Ok(())
+    }
+
+    /// Target size in bytes of `level` (>= 1).
+    pub fn level_target_bytes(&self, level: usize) -> u64 {
+        let mut target = self.level1_bytes;
+        for _ in 1..level {
+            target = target.saturating_mul(self.level_size_multiplier);
+        }
+        target
+    }
+}

@@ -1,0 +1,179 @@
+//! Versions: the set of tables that make up the tree at one moment, and the
+//! order a point read consults them in.
+//!
+//! A [`Version`] is immutable. Flushes and compactions build a new one from
+//! the old plus a manifest edit and swap it in; readers and iterators that
+//! hold the old one keep its tables alive. A table removed by a compaction is
+//! marked obsolete, and its file is deleted when the last version holding it
+//! is dropped — never while a reader can still use it.
+//!
+//! Lookup order: level 0 newest table first (level-0 tables may overlap, and
+//! a newer table holds newer versions); then, in each deeper level, the one
+//! table whose key range covers the key, found by binary search.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::fs::FileSystem;
+use crate::key::SequenceNumber;
+use crate::manifest::TableRecord;
+use crate::sstable::{Found, Table};
+
+/// Name of table file `number` inside the database directory.
+pub(crate) fn table_file_name(number: u64) -> String {
+    format!("{number:06}.sst")
+}
+
+/// A live table: its manifest record and the open reader.
+pub(crate) struct TableHandle {
+    pub(crate) record: TableRecord,
+    pub(crate) table: Arc<Table>,
+    obsolete: AtomicBool,
+    fs: Arc<dyn FileSystem>,
+    path: PathBuf,
+}
+
+impl TableHandle {
+    pub(crate) fn new(
+        record: TableRecord,
+        table: Arc<Table>,
+        fs: Arc<dyn FileSystem>,
+        path: PathBuf,
+    ) -> Arc<TableHandle> {
+        Arc::new(TableHandle {
+            record,
+            table,
+            obsolete: AtomicBool::new(false),
+            fs,
+            path,
+        })
+    }
+
+    /// Marks the table's file for deletion once no version holds it.
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    fn covers(&self, user_key: &[u8]) -> bool {
+        self.record.smallest.as_slice() <= user_key && user_key <= self.record.largest.as_slice()
+    }
+}
+
+impl Drop for TableHandle {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            // The manifest no longer references this file; a failure here only
+            // leaves garbage that the next open removes.
+            let _ = self.fs.remove_file(&self.path);
+        }
+    }
+}
+
+/// The tables of every level at one moment.
+#[derive(Clone, Default)]
+pub(crate) struct Version {
+    /// Level 0 newest first; deeper levels sorted by smallest key, disjoint.
+    pub(crate) levels: Vec<Vec<Arc<TableHandle>>>,
+}
+
+impl Version {
+    pub(crate) fn new(num_levels: usize) -> Version {
+        Version {
+            levels: vec![Vec::new(); num_levels],
+        }
+    }
+
+    /// A new version with `removed` (level, file number) taken out and
+    /// `added` put in, each level kept in lookup order.
+    pub(crate) fn apply(&self, removed: &[(u32, u64)], added: Vec<Arc<TableHandle>>) -> Version {
+        let mut levels = self.levels.clone();
+        for &(level, number) in removed {
+            if let Some(tables) = levels.get_mut(level as usize) {
+                tables.retain(|t| t.record.file_number != number);
+            }
+        }
+        for handle in added {
+            let level = handle.record.level as usize;
+            if level < levels.len() {
+                levels[level].push(handle);
+            }
+        }
+        if let Some(l0) = levels.first_mut() {
+            l0.sort_by_key(|t| std::cmp::Reverse(t.record.file_number));
+        }
+        for tables in levels.iter_mut().skip(1) {
+            tables.sort_by(|a, b| a.record.smallest.cmp(&b.record.smallest));
+        }
+        Version { levels }
+    }
+
+    /// The newest version of `user_key` visible at `snapshot`, searching
+    /// tables in lookup order.
+    pub(crate) fn get(
+        &self,
+        user_key: &[u8],
+        key_hash: u64,
+        snapshot: SequenceNumber,
+    ) -> Result<Option<Found>> {
+        if let Some(l0) = self.levels.first() {
+            for handle in l0 {
+                if handle.covers(user_key) {
+                    if let Some(found) = handle.table.get(user_key, key_hash, snapshot)? {
+                        return Ok(Some(found));
+                    }
+                }
+            }
+        }
+        for tables in self.levels.iter().skip(1) {
+            if let Some(handle) = find_covering(tables, user_key) {
+                if let Some(found) = handle.table.get(user_key, key_hash, snapshot)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Total file bytes of `level`.
+    pub(crate) fn level_bytes(&self, level: usize) -> u64 {
+        self.levels
+            .get(level)
+            .map(|t| t.iter().map(|h| h.record.file_size).sum())
+            .unwrap_or(0)
+    }
+
+    /// Tables of `level` whose key range intersects `[smallest, largest]`.
+    pub(crate) fn overlapping(
+        &self,
+        level: usize,
+        smallest: &[u8],
+        largest: &[u8],
+    ) -> Vec<Arc<TableHandle>> {
+        self.levels
+            .get(level)
+            .map(|tables| {
+                tables
+                    .iter()
+                    .filter(|t| {
+                        t.record.largest.as_slice() >= smallest
+                            && t.record.smallest.as_slice() <= largest
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The table of a sorted, disjoint level whose range covers `user_key`.
+pub(crate) fn find_covering<'a>(
+    tables: &'a [Arc<TableHandle>],
+    user_key: &[u8],
+) -> Option<&'a Arc<TableHandle>> {
+    let idx = tables.partition_point(|t| t.record.largest.as_slice() < user_key);
+    tables
+        .get(idx)
+        .filter(|t| t.record.smallest.as_slice() <= user_key)
+}

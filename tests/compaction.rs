@@ -1,0 +1,210 @@
+//! Leveled compaction: shape after compaction, space reclaimed, one table
+//! per level on reads, filter policy migration.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{key, small_options, Rng};
+use sievedb::filter::{BloomPolicy, RibbonPolicy};
+use sievedb::{Db, Options};
+
+fn assert_shape(db: &Db, opts: &Options) {
+    let tables = db.tables();
+    let l0 = tables.iter().filter(|t| t.level == 0).count();
+    assert!(
+        l0 < opts.level0_compaction_trigger,
+        "level 0 holds {l0} tables"
+    );
+    for level in 1..opts.num_levels {
+        let mut in_level: Vec<_> = tables.iter().filter(|t| t.level == level).collect();
+        in_level.sort_by(|a, b| a.smallest.cmp(&b.smallest));
+        for pair in in_level.windows(2) {
+            assert!(
+                pair[0].largest < pair[1].smallest,
+                "level {level} tables overlap"
+            );
+        }
+        let bytes: u64 = in_level.iter().map(|t| t.file_size).sum();
+        if level < opts.num_levels - 1 {
+            assert!(
+                bytes <= opts.level_target_bytes(level),
+                "level {level} holds {bytes} bytes, target {}",
+                opts.level_target_bytes(level)
+            );
+        }
+    }
+}
+
+/// 2,000,000 random keys (with overwrites and deletes) through small
+/// memtables and levels, then `compact()`: the tree is in shape and every
+/// key reads back.
+#[test]
+fn two_million_keys_compact_into_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.memtable_bytes = 1 << 20;
+    opts.level1_bytes = 4 << 20;
+    opts.table_bytes = 1 << 20;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    const N: u64 = 2_000_000;
+    // Keys are a permutation of 0..N (an odd multiplier mod a power of two
+    // would need N to be one; use a multiplicative step coprime with N).
+    let step = 1_000_003u64;
+    let id = |i: u64| (i * step) % N;
+    let value = |k: u64, round: u64| (k ^ round.wrapping_mul(0x9e37)).to_le_bytes();
+    for i in 0..N {
+        db.put(key(id(i)), value(id(i), 0)).unwrap();
+    }
+    let mut rng = Rng(3);
+    // Overwrite 100,000 keys and delete 50,000.
+    let mut overwritten = std::collections::HashSet::new();
+    for _ in 0..100_000 {
+        let k = rng.below(N);
+        db.put(key(k), value(k, 1)).unwrap();
+        overwritten.insert(k);
+    }
+    let mut deleted = std::collections::HashSet::new();
+    for _ in 0..50_000 {
+        let k = rng.below(N);
+        db.delete(key(k)).unwrap();
+        deleted.insert(k);
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    assert_shape(&db, &opts);
+    let stats = db.stats();
+    assert!(stats.compactions > 0);
+    assert!(stats.write_amplification() > 1.0);
+    for k in 0..N {
+        let got = db.get(key(k)).unwrap();
+        if deleted.contains(&k) {
+            assert_eq!(got, None, "key {k} was deleted");
+        } else if overwritten.contains(&k) {
+            assert_eq!(got, Some(value(k, 1).to_vec()), "key {k}");
+        } else {
+            assert_eq!(got, Some(value(k, 0).to_vec()), "key {k}");
+        }
+    }
+}
+
+#[test]
+fn overwrites_and_tombstones_are_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small_options();
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    for round in 0..50u64 {
+        for i in 0..10_000 {
+            db.put(key(i), round.to_le_bytes()).unwrap();
+        }
+    }
+    for i in 0..1000 {
+        db.delete(key(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    let entries: u64 = db.stats().levels.iter().map(|l| l.entries).sum();
+    assert_eq!(entries, 9000, "one entry per live key, no tombstones left");
+    for i in 0..10_000 {
+        let got = db.get(key(i)).unwrap();
+        if i < 1000 {
+            assert_eq!(got, None);
+        } else {
+            assert_eq!(got, Some(49u64.to_le_bytes().to_vec()));
+        }
+    }
+    // compact() alone (no forced rewrite) also brings entries close to the
+    // live count.
+    drop(db);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts).unwrap();
+    for round in 0..50u64 {
+        for i in 0..10_000 {
+            db.put(key(i), round.to_le_bytes()).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let entries: u64 = db.stats().levels.iter().map(|l| l.entries).sum();
+    assert!(entries < 10_000 * 5, "{entries} entries for 10,000 keys");
+}
+
+#[test]
+fn point_reads_consult_at_most_one_table_per_deeper_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = small_options();
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..60_000 {
+        db.put(key(i), [0u8; 32]).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let stats = db.stats();
+    let deeper_levels = stats.levels.iter().skip(1).filter(|l| l.tables > 0).count() as u64;
+    let l0 = stats.levels[0].tables;
+    assert!(deeper_levels >= 1);
+    for i in (0..120_000).step_by(7) {
+        db.reset_stats();
+        let _ = db.get(key(i)).unwrap();
+        let s = db.stats();
+        assert!(
+            s.filter_checks <= l0 + deeper_levels,
+            "get consulted {} tables (l0 {l0}, deeper levels {deeper_levels})",
+            s.filter_checks
+        );
+    }
+}
+
+#[test]
+fn switching_to_ribbon_and_compacting_shrinks_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    // Tables of ~16,000 keys: well above the size where Ribbon falls back
+    // to Bloom for a tiny key set.
+    opts.table_bytes = 512 << 10;
+    opts.level1_bytes = 4 << 20;
+    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..200_000 {
+            db.put(key(i), [1u8; 16]).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact_all().unwrap();
+    }
+    let bloom_bytes;
+    opts.filter_policy = Arc::new(RibbonPolicy::new(10.0));
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        bloom_bytes = db.stats().filter_bytes();
+        assert!(db.tables().iter().all(|t| t.filter_format == "bloom"));
+        db.compact_all().unwrap();
+        let tables = db.tables();
+        let formats: Vec<(&str, u64)> = tables
+            .iter()
+            .map(|t| (t.filter_format.as_str(), t.entries))
+            .collect();
+        assert!(
+            tables.iter().all(|t| t.filter_policy == RibbonPolicy::NAME),
+            "{formats:?}"
+        );
+        // Every table big enough for Ribbon to be smaller than Bloom is
+        // Ribbon (the last table of a level may be small).
+        assert!(
+            tables
+                .iter()
+                .filter(|t| t.entries >= 2000)
+                .all(|t| t.filter_format == "ribbon"),
+            "{formats:?}"
+        );
+        let ribbon_bytes = db.stats().filter_bytes();
+        let ratio = ribbon_bytes as f64 / bloom_bytes as f64;
+        assert!(
+            (0.55..0.80).contains(&ratio),
+            "ribbon/bloom filter bytes {ribbon_bytes}/{bloom_bytes} = {ratio:.3}"
+        );
+        for i in (0..200_000).step_by(97) {
+            assert!(db.get(key(i)).unwrap().is_some());
+        }
+    }
+}

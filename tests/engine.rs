@@ -1,0 +1,371 @@
+//! The embeddable store: model test, durability, policy switch, concurrency,
+//! misuse.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{key, small_options, Rng};
+use sievedb::filter::{BloomPolicy, NoFilter, RibbonPolicy};
+use sievedb::{Db, Error, Options, WriteBatch};
+
+fn check_scan(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, lo: &[u8], hi: &[u8], limit: usize) {
+    let got: Vec<(Vec<u8>, Vec<u8>)> = db
+        .scan(lo..hi)
+        .unwrap()
+        .take(limit)
+        .map(|r| r.unwrap())
+        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model
+        .range(lo.to_vec()..hi.to_vec())
+        .take(limit)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(got, want, "scan {lo:?}..{hi:?}");
+}
+
+/// 100,000 random operations against a BTreeMap model, with flushes,
+/// background compactions and close-and-reopen along the way.
+#[test]
+fn model_test_random_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(7);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut db = Db::open(dir.path(), small_options()).unwrap();
+    const KEYS: u64 = 4000;
+    for op in 0..100_000u64 {
+        match rng.below(100) {
+            0..=44 => {
+                let k = key(rng.below(KEYS));
+                let len = rng.below(120) as usize;
+                let v = rng.bytes(len);
+                db.put(&k, &v).unwrap();
+                model.insert(k, v);
+            }
+            45..=54 => {
+                let k = key(rng.below(KEYS));
+                db.delete(&k).unwrap();
+                model.remove(&k);
+            }
+            55..=59 => {
+                let mut batch = WriteBatch::new();
+                for _ in 0..rng.below(8) + 1 {
+                    let k = key(rng.below(KEYS));
+                    if rng.below(4) == 0 {
+                        batch.delete(&k);
+                        model.remove(&k);
+                    } else {
+                        let len = rng.below(64) as usize;
+                        let v = rng.bytes(len);
+                        batch.put(&k, &v);
+                        model.insert(k, v);
+                    }
+                }
+                db.write(&batch).unwrap();
+            }
+            60..=96 => {
+                let k = key(rng.below(KEYS + 200));
+                assert_eq!(db.get(&k).unwrap(), model.get(&k).cloned(), "get {op}");
+            }
+            97 => {
+                let a = rng.below(KEYS);
+                let b = a + rng.below(200);
+                check_scan(&db, &model, &key(a), &key(b), 60);
+            }
+            98 => {
+                if rng.below(20) == 0 {
+                    db.flush().unwrap();
+                }
+            }
+            _ => {
+                if rng.below(30) == 0 {
+                    db.close().unwrap();
+                    db = Db::open(dir.path(), small_options()).unwrap();
+                }
+            }
+        }
+    }
+    // Everything, in order, at the end (and after a final reopen).
+    let all: Vec<_> = db.iter().unwrap().map(|r| r.unwrap()).collect();
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(all, want);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), small_options()).unwrap();
+    let all: Vec<_> = db.iter().unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(all, want);
+}
+
+#[test]
+fn synced_writes_survive_reopen_and_batches_are_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.sync_writes = true;
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for b in 0..300u64 {
+            let mut batch = WriteBatch::new();
+            for i in 0..10u64 {
+                batch.put(key(b * 10 + i), b.to_le_bytes());
+            }
+            db.write(&batch).unwrap();
+        }
+        db.delete(key(5)).unwrap();
+        // Dropped without close: Drop must keep everything acknowledged.
+    }
+    let db = Db::open(dir.path(), opts).unwrap();
+    for b in 0..300u64 {
+        for i in 0..10u64 {
+            let k = b * 10 + i;
+            let got = db.get(key(k)).unwrap();
+            if k == 5 {
+                assert_eq!(got, None);
+            } else {
+                assert_eq!(got, Some(b.to_le_bytes().to_vec()), "key {k}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reopen_under_another_policy_reads_old_tables_and_builds_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    // Tables large enough (3000 keys) that Ribbon does not fall back to
+    // Bloom for a tiny key set.
+    opts.memtable_bytes = 4 << 20;
+    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
+    {
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..3000 {
+            db.put(key(i), b"bloom-era").unwrap();
+        }
+        db.flush().unwrap();
+    }
+    opts.filter_policy = Arc::new(RibbonPolicy::new(10.0));
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    let before = db.tables();
+    assert!(before.iter().all(|t| t.filter_format == "bloom"));
+    for i in 0..3000 {
+        assert_eq!(db.get(key(i)).unwrap().as_deref(), Some(&b"bloom-era"[..]));
+    }
+    for i in 3000..6000 {
+        db.put(key(i), b"ribbon-era").unwrap();
+    }
+    db.flush().unwrap();
+    let after = db.tables();
+    let new: Vec<_> = after
+        .iter()
+        .filter(|t| !before.iter().any(|b| b.file_number == t.file_number))
+        .collect();
+    assert!(!new.is_empty());
+    let formats: Vec<&str> = new.iter().map(|t| t.filter_format.as_str()).collect();
+    assert!(formats.iter().all(|f| *f == "ribbon"), "{formats:?}");
+    for i in 0..6000 {
+        assert!(db.get(key(i)).unwrap().is_some());
+    }
+    // Missing keys are still filtered by both kinds of tables.
+    db.reset_stats();
+    for i in 0..6000 {
+        // Inside the tables' key ranges, so the filters are asked.
+        let mut missing = key(i);
+        missing.push(b'x');
+        assert_eq!(db.get(&missing).unwrap(), None);
+    }
+    let s = db.stats();
+    assert!(s.filter_negatives > 5000, "{s:?}");
+    drop(db);
+    // And with no filter at all, everything still reads.
+    opts.filter_policy = Arc::new(NoFilter);
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..6000 {
+        assert!(db.get(key(i)).unwrap().is_some());
+    }
+}
+
+#[test]
+fn concurrent_readers_never_see_torn_batches_or_miss_acknowledged_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), small_options()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..2).map(|_| AtomicU64::new(0)).collect());
+    let batch_key = |w: u64, b: u64, i: u64| format!("w{w}-b{b:08}-{i}").into_bytes();
+    let mut writers = Vec::new();
+    let mut readers = Vec::new();
+    for w in 0..2u64 {
+        let (db, stop, acked) = (db.clone(), stop.clone(), acked.clone());
+        writers.push(std::thread::spawn(move || {
+            let mut b = 1;
+            while !stop.load(Ordering::Relaxed) {
+                let mut batch = WriteBatch::new();
+                for i in 0..5 {
+                    batch.put(batch_key(w, b, i), vec![b as u8; 40]);
+                }
+                db.write(&batch).unwrap();
+                acked[w as usize].store(b, Ordering::Release);
+                if b % 500 == 0 {
+                    db.flush().unwrap();
+                }
+                b += 1;
+            }
+        }));
+    }
+    for r in 0..4u64 {
+        let (db, stop, acked) = (db.clone(), stop.clone(), acked.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut rng = Rng(r + 100);
+            let mut checks = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let w = rng.below(2);
+                let a = acked[w as usize].load(Ordering::Acquire);
+                if a == 0 {
+                    continue;
+                }
+                let b = 1 + rng.below(a);
+                for i in 0..5 {
+                    assert!(
+                        db.get(batch_key(w, b, i)).unwrap().is_some(),
+                        "acked batch {w}/{b} missing"
+                    );
+                }
+                // The batch being written right now: all or nothing.
+                let next = a + 1;
+                let lo = format!("w{w}-b{next:08}-").into_bytes();
+                let hi = format!("w{w}-b{next:08}.").into_bytes();
+                let n = db.scan(lo.as_slice()..hi.as_slice()).unwrap().count();
+                assert!(n == 0 || n == 5, "torn batch: {n} of 5 visible");
+                checks += 1;
+            }
+            checks
+        }));
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in writers {
+        h.join().unwrap();
+    }
+    for h in readers {
+        assert!(h.join().unwrap() > 0, "a reader made no check");
+    }
+    assert!(db.stats().flushes > 0);
+}
+
+#[test]
+fn misuse_gets_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = Options::default();
+    opts.max_key_bytes = 100;
+    opts.max_value_bytes = 1000;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    assert!(matches!(db.put(b"", b"v"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        db.put(vec![1u8; 101], b"v"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        db.put(b"k", vec![0u8; 1001]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(db.get(b""), Err(Error::InvalidArgument(_))));
+    // A batch with one bad operation writes nothing.
+    let mut batch = WriteBatch::new();
+    batch.put(b"good", b"1").put(vec![7u8; 101], b"2");
+    assert!(matches!(db.write(&batch), Err(Error::InvalidArgument(_))));
+    assert_eq!(db.get(b"good").unwrap(), None);
+    // Limits are inclusive.
+    db.put(vec![1u8; 100], vec![0u8; 1000]).unwrap();
+
+    // A second open of the same directory, in this process.
+    assert!(matches!(
+        Db::open(dir.path(), opts.clone()),
+        Err(Error::Locked(_))
+    ));
+
+    // A path that is a file, and a path beneath a file.
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    match Db::open(&file, Options::default()) {
+        Err(Error::Io { path, .. }) => assert_eq!(path, file),
+        other => panic!("expected Io error, got {other:?}"),
+    }
+    assert!(matches!(
+        Db::open(file.join("sub"), Options::default()),
+        Err(Error::Io { .. })
+    ));
+
+    // Bad options.
+    let mut bad = Options::default();
+    bad.block_bytes = 0;
+    let other = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Db::open(other.path(), bad),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // After close, the directory opens again.
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts).unwrap();
+    assert_eq!(db.get(vec![1u8; 100]).unwrap(), Some(vec![0u8; 1000]));
+}
+
+#[test]
+fn scans_are_point_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_options()).unwrap();
+    for i in 0..2000 {
+        db.put(key(i), b"old").unwrap();
+    }
+    let scan = db.iter().unwrap();
+    for i in 0..2000 {
+        if i % 2 == 0 {
+            db.delete(key(i)).unwrap();
+        } else {
+            db.put(key(i), b"new").unwrap();
+        }
+    }
+    db.put(key(5000), b"new").unwrap();
+    db.flush().unwrap();
+    db.compact().unwrap();
+    let seen: Vec<_> = scan.map(|r| r.unwrap()).collect();
+    assert_eq!(seen.len(), 2000);
+    assert!(seen.iter().all(|(_, v)| v == b"old"));
+    let now: Vec<_> = db.iter().unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(now.len(), 1001);
+    assert!(now.iter().all(|(_, v)| v == b"new"));
+}
+
+#[test]
+fn stats_count_point_read_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..5000 {
+        db.put(key(i * 2), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    db.reset_stats();
+    for i in 0..5000 {
+        assert!(db.get(key(i * 2)).unwrap().is_some());
+    }
+    let s = db.stats();
+    assert_eq!(s.gets, 5000);
+    assert!(s.filter_checks >= 5000);
+    assert!(s.data_block_reads >= 5000);
+    db.reset_stats();
+    for i in 0..5000 {
+        assert!(db.get(key(i * 2 + 1)).unwrap().is_none());
+    }
+    let s = db.stats();
+    // Missing keys: the filters spare almost every data block.
+    assert_eq!(s.get_data_block_reads, s.filter_false_positives);
+    assert!(s.filter_negatives > 0);
+    assert!((s.filter_false_positives as f64) < 0.05 * s.filter_checks as f64);
+    assert!(s.levels[0].tables > 0 && s.levels[0].filter_bytes > 0);
+}
