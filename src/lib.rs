@@ -5,6 +5,8 @@
 //!
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter.
+//! * [`sketch`]: HyperLogLog distinct counts, count-min frequencies and
+//!   heavy hitters over keys.
 //! * [`stats`]: read I/O counters (filter checks, negatives, false positives,
 //!   data blocks read) and the tree's shape.
 
@@ -15,6 +17,7 @@ pub mod filter;
 pub mod fs;
 pub mod iter;
 pub mod key;
+pub mod sketch;
 pub mod stats;
 
 pub use error::{Error, Result};
