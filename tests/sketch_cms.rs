@@ -29,7 +29,10 @@ fn overcounts(sketch: &CountMinSketch, counts: &[u64]) -> Vec<u64> {
         .enumerate()
         .map(|(rank, &truth)| {
             let estimate = sketch.estimate(&rank_key(rank));
-            assert!(estimate >= truth, "rank {rank}: estimate {estimate} < true {truth}");
+            assert!(
+                estimate >= truth,
+                "rank {rank}: estimate {estimate} < true {truth}"
+            );
             estimate - truth
         })
         .collect()
@@ -70,7 +73,10 @@ fn epsilon_n_bound_holds_for_at_least_one_minus_delta_of_queries() {
         let over = overcounts(&sketch, &counts);
         let violations = over.iter().filter(|&&o| o as f64 > bound).count();
         let rate = violations as f64 / counts.len() as f64;
-        eprintln!("{mode:?}: {violations} of {} queries over eps*N", counts.len());
+        eprintln!(
+            "{mode:?}: {violations} of {} queries over eps*N",
+            counts.len()
+        );
         assert!(rate <= delta, "{mode:?}: {rate} of queries exceed eps*N");
     }
 }
@@ -141,7 +147,11 @@ fn aging_halves_every_counter_each_period() {
 fn merge_equals_the_sketch_of_the_concatenated_stream() {
     let (stream, _) = small_zipf();
     let (first, second) = stream.split_at(stream.len() / 3);
-    let make = || CountMinSketch::with_error(0.005, 0.01).unwrap().with_seed(42);
+    let make = || {
+        CountMinSketch::with_error(0.005, 0.01)
+            .unwrap()
+            .with_seed(42)
+    };
     let mut whole = make();
     feed(&mut whole, &stream);
     let mut a = make();
@@ -195,12 +205,21 @@ fn sizes_are_validated() {
             "{w}x{d}"
         );
     }
-    for (e, d) in [(0.0, 0.1), (1.0, 0.1), (0.1, 0.0), (-0.5, 0.1), (f64::NAN, 0.1)] {
+    for (e, d) in [
+        (0.0, 0.1),
+        (1.0, 0.1),
+        (0.1, 0.0),
+        (-0.5, 0.1),
+        (f64::NAN, 0.1),
+    ] {
         assert!(CountMinSketch::with_error(e, d).is_err(), "{e} {d}");
     }
     let sketch = CountMinSketch::with_error(0.01, 0.01).unwrap();
     assert_eq!((sketch.width(), sketch.depth()), (272, 5));
-    assert!(CountMinSketch::new(1, 1).unwrap().with_aging(Some(0)).is_err());
+    assert!(CountMinSketch::new(1, 1)
+        .unwrap()
+        .with_aging(Some(0))
+        .is_err());
 }
 
 #[test]
@@ -224,7 +243,10 @@ fn add_equals_add_hash_and_clear_resets() {
         by_hash.add_hash(key_hash(&key), 2);
     }
     assert_eq!(by_item, by_hash);
-    assert_eq!(by_item.estimate_hash(key_hash(b"nope")), by_item.estimate(b"nope"));
+    assert_eq!(
+        by_item.estimate_hash(key_hash(b"nope")),
+        by_item.estimate(b"nope")
+    );
     by_item.clear();
     assert_eq!(by_item, CountMinSketch::new(300, 3).unwrap());
 }
@@ -245,12 +267,19 @@ fn bytes_round_trip_and_damage_is_reported() {
     assert_eq!(back.aging_period(), Some(70_001));
     assert_eq!(bytes.len(), 48 + 97 * 3 * 8 + 4);
     for cut in [0, 1, 47, 52, bytes.len() - 1] {
-        assert!(CountMinSketch::from_bytes(&bytes[..cut]).unwrap_err().is_corruption());
+        assert!(CountMinSketch::from_bytes(&bytes[..cut])
+            .unwrap_err()
+            .is_corruption());
     }
     for bit in (0..bytes.len() * 8).step_by(7) {
         let mut bad = bytes.clone();
         bad[bit / 8] ^= 1 << (bit % 8);
-        assert!(CountMinSketch::from_bytes(&bad).unwrap_err().is_corruption(), "bit {bit}");
+        assert!(
+            CountMinSketch::from_bytes(&bad)
+                .unwrap_err()
+                .is_corruption(),
+            "bit {bit}"
+        );
     }
 }
 
@@ -347,7 +376,11 @@ fn heavy_hitters_find_the_true_top_ten_of_a_zipf_stream() {
     }
     for (key, estimate) in &top {
         let rank = keys.iter().position(|k| k == key).unwrap();
-        assert!(*estimate >= counts[rank], "{key:?}: {estimate} < {}", counts[rank]);
+        assert!(
+            *estimate >= counts[rank],
+            "{key:?}: {estimate} < {}",
+            counts[rank]
+        );
     }
 }
 

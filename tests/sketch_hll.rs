@@ -54,7 +54,11 @@ fn rms_error_at_precision_14_is_within_one_percent_without_a_mid_range_bump() {
     for (i, &n) in checkpoints.iter().enumerate() {
         let rms = (column(&errors, i).map(|e| e * e).sum::<f64>() / SEEDS as f64).sqrt();
         let mean = column(&errors, i).sum::<f64>() / SEEDS as f64;
-        eprintln!("n = {n:>9}: RMS {:.3}%  mean {:+.3}%", rms * 100.0, mean * 100.0);
+        eprintln!(
+            "n = {n:>9}: RMS {:.3}%  mean {:+.3}%",
+            rms * 100.0,
+            mean * 100.0
+        );
         assert!(rms <= 0.010, "n = {n}: RMS relative error {rms}");
         // The standard error of a 20-seed mean is 0.81% / sqrt(20) = 0.18%;
         // the raw HLL estimator's bump near 2.5m is several percent.
@@ -76,7 +80,11 @@ fn sparse_sets_of_a_few_thousand_are_within_half_a_percent() {
             }
             assert!(hll.is_sparse(), "n = {n} should still be sparse");
             let error = (hll.estimate() as f64 - n as f64).abs() / n as f64;
-            assert!(error <= 0.005, "seed {seed}, n = {n}: estimate {}", hll.estimate());
+            assert!(
+                error <= 0.005,
+                "seed {seed}, n = {n}: estimate {}",
+                hll.estimate()
+            );
         }
     }
 }
@@ -87,7 +95,11 @@ fn converts_to_dense_once_sparse_would_be_larger_and_stays_accurate() {
     let mut stream = seed_stream(99);
     let mut n = 0u64;
     while hll.is_sparse() {
-        assert!(hll.len_bytes() <= 12 * 1024 + 4 * 384, "{}", hll.len_bytes());
+        assert!(
+            hll.len_bytes() <= 12 * 1024 + 4 * 384,
+            "{}",
+            hll.len_bytes()
+        );
         hll.insert_hash(stream.next_key_hash());
         n += 1;
         assert!(n < 10_000, "never converted");
@@ -119,14 +131,23 @@ fn duplicates_do_not_count_and_insert_equals_insert_hash() {
         }
         let once = dense.estimate();
         assert!(!dense.is_sparse());
-        assert!((once as f64 - 20_000.0).abs() / 20_000.0 < 0.15, "round {round}: {once}");
+        assert!(
+            (once as f64 - 20_000.0).abs() / 20_000.0 < 0.15,
+            "round {round}: {once}"
+        );
     }
 }
 
 #[test]
 fn precision_is_validated_or_clamped() {
-    assert!(matches!(HyperLogLog::try_new(3), Err(Error::InvalidArgument(_))));
-    assert!(matches!(HyperLogLog::try_new(19), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        HyperLogLog::try_new(3),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        HyperLogLog::try_new(19),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!(HyperLogLog::try_new(4).unwrap().precision(), 4);
     assert_eq!(HyperLogLog::try_new(18).unwrap().precision(), 18);
     assert_eq!(HyperLogLog::new(0).precision(), 4);
@@ -293,7 +314,9 @@ fn invalid_fields_behind_a_valid_checksum_are_rejected() {
     let dense = sketch_of(10, 0..100_000).to_bytes();
     let mut b = dense[..dense.len() - 4].to_vec();
     b[9] |= 0x3f; // register 0 = 63
-    assert!(HyperLogLog::from_bytes(&with_fresh_crc(b)).unwrap_err().is_corruption());
+    assert!(HyperLogLog::from_bytes(&with_fresh_crc(b))
+        .unwrap_err()
+        .is_corruption());
 }
 
 proptest! {

@@ -394,7 +394,10 @@ impl CountMinSketch {
             Error::corruption(BYTES_NAME, Some(offset as u64), reason)
         };
         if bytes.len() < HEADER_LEN + CRC_LEN {
-            return Err(bad(0, format!("{} bytes is shorter than a header", bytes.len())));
+            return Err(bad(
+                0,
+                format!("{} bytes is shorter than a header", bytes.len()),
+            ));
         }
         let (body, crc_bytes) = bytes.split_at(bytes.len() - CRC_LEN);
         if crc32fast::hash(body) != u32::from_le_bytes(array(crc_bytes)) {
@@ -432,8 +435,8 @@ impl CountMinSketch {
                 ),
             ));
         }
-        let mut sketch = CountMinSketch::new(width, depth)
-            .map_err(|e| bad(8, format!("bad shape: {e}")))?;
+        let mut sketch =
+            CountMinSketch::new(width, depth).map_err(|e| bad(8, format!("bad shape: {e}")))?;
         if aging_period > 0 && additions_since_aging >= aging_period {
             return Err(bad(
                 32,

@@ -68,7 +68,8 @@ impl HeavyHitters {
                 "heavy-hitter k = {k} is outside 1..={MAX_K}"
             )));
         }
-        let sketch = CountMinSketch::with_error(epsilon, delta)?.with_mode(UpdateMode::Conservative);
+        let sketch =
+            CountMinSketch::with_error(epsilon, delta)?.with_mode(UpdateMode::Conservative);
         let capacity = 2 * k;
         Ok(HeavyHitters {
             k,
@@ -253,22 +254,25 @@ mod tests {
             }
         }
         assert_eq!(hh.candidates.len(), 4);
-        assert_eq!(hh.min_count, hh.candidates.iter().map(|c| c.count).min().unwrap());
+        assert_eq!(
+            hh.min_count,
+            hh.candidates.iter().map(|c| c.count).min().unwrap()
+        );
         for _ in 0..4 {
             hh.observe(b"e");
         }
         // "e" (4) displaced "d" (1).
         let keys: Vec<&[u8]> = hh.candidates.iter().map(|c| &*c.key).collect();
-        assert!(keys.contains(&&b"e"[..]) && !keys.contains(&&b"d"[..]), "{keys:?}");
+        assert!(
+            keys.contains(&&b"e"[..]) && !keys.contains(&&b"d"[..]),
+            "{keys:?}"
+        );
         assert_eq!(hh.min_count, 2);
         assert_eq!(hh.by_hash.len(), 4);
         for (slot, c) in hh.candidates.iter().enumerate() {
             assert_eq!(hh.by_hash[&c.hash], slot);
         }
-        assert_eq!(
-            hh.top(),
-            vec![(b"a".to_vec(), 5), (b"e".to_vec(), 4)]
-        );
+        assert_eq!(hh.top(), vec![(b"a".to_vec(), 5), (b"e".to_vec(), 4)]);
         assert_eq!(hh.total(), 15);
     }
 }

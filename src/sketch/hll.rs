@@ -273,9 +273,10 @@ impl HyperLogLog {
                 let view = self.sparse_view().unwrap_or_default();
                 linear_counting((1u64 << SPARSE_P) as f64, view.len() as f64)
             }
-            Repr::Dense { registers } => {
-                ertl_estimate(&register_histogram(registers, self.precision), self.precision)
-            }
+            Repr::Dense { registers } => ertl_estimate(
+                &register_histogram(registers, self.precision),
+                self.precision,
+            ),
         };
         // `as` saturates: an all-saturated sketch (infinite estimate) gives
         // u64::MAX, an empty one 0.
@@ -468,15 +469,16 @@ impl HyperLogLog {
             }
             ENCODING_DENSE => {
                 if count != 1 << p {
-                    return Err(bad(
-                        5,
-                        format!("dense count {count} is not 2^{p}"),
-                    ));
+                    return Err(bad(5, format!("dense count {count} is not 2^{p}")));
                 }
                 if payload.len() != dense_len(p) {
                     return Err(bad(
                         HEADER_LEN,
-                        format!("{} register bytes, expected {}", payload.len(), dense_len(p)),
+                        format!(
+                            "{} register bytes, expected {}",
+                            payload.len(),
+                            dense_len(p)
+                        ),
                     ));
                 }
                 let mut registers = Vec::with_capacity(payload.len() + 1);
