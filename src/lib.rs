@@ -37,6 +37,8 @@
 //! * [`wal`]: the checksummed record log behind the write-ahead log and the
 //!   manifest.
 //! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
+//! * [`sketch`]: HyperLogLog, Count-Min and heavy hitters: distinct-key
+//!   counts per table and level, hot keys on the read path.
 //! * [`fs`]: the filesystem interface every write goes through.
 
 #![warn(missing_docs)]
@@ -53,6 +55,7 @@ pub mod manifest;
 mod memtable;
 mod merge;
 mod options;
+pub mod sketch;
 pub mod sstable;
 pub mod stats;
 mod version;
