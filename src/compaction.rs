@@ -33,12 +33,13 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::db::{record_for, table_options, DbInner};
+use crate::db::{finish_table, record_for, table_options, DbInner};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
 use crate::manifest::{manifest_file_name, VersionEdit};
 use crate::merge::MergingIterator;
+use crate::options::CompactionPick;
 use crate::sstable::{Table, TableBuilder};
 use crate::version::{table_file_name, TableHandle, Version};
 
@@ -83,6 +84,37 @@ fn key_range(tables: &[Arc<TableHandle>]) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((smallest, largest))
 }
 
+/// Share of a compaction's input entries that must be droppable (shadowed
+/// versions, per the HyperLogLog union) before it is preferred over rotation.
+/// Well above the sketches' ~1% estimation noise.
+const MIN_DROP_SHARE: f64 = 0.05;
+
+/// The table of `level` whose merge with its overlaps in `level + 1` would
+/// drop the most entries per byte written, if any would drop at least
+/// [`MIN_DROP_SHARE`] of its input entries.
+fn most_dropped(version: &Version, level: usize) -> Option<Arc<TableHandle>> {
+    let mut best: Option<(f64, &Arc<TableHandle>)> = None;
+    for t in version.levels.get(level)? {
+        let overlaps = version.overlapping(level + 1, &t.record.smallest, &t.record.largest);
+        let inputs: Vec<&Arc<TableHandle>> = std::iter::once(t).chain(overlaps.iter()).collect();
+        if inputs.iter().any(|i| i.key_sketch.is_none()) {
+            continue;
+        }
+        let entries: u64 = inputs.iter().map(|i| i.table.meta().entries).sum();
+        let bytes: u64 = inputs.iter().map(|i| i.record.file_size).sum();
+        let distinct = Version::union_sketch(inputs.iter().copied()).estimate();
+        let dropped = entries.saturating_sub(distinct);
+        if entries == 0 || (dropped as f64) < MIN_DROP_SHARE * entries as f64 {
+            continue;
+        }
+        let score = dropped as f64 / bytes.max(1) as f64;
+        if best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, t));
+        }
+    }
+    best.map(|(_, t)| Arc::clone(t))
+}
+
 impl DbInner {
     /// The most urgent compaction, if any level needs one.
     pub(crate) fn pick_compaction(&self, compact_pointer: &[Vec<u8>]) -> Option<CompactionJob> {
@@ -99,13 +131,23 @@ impl DbInner {
         let inputs = if level == 0 {
             version.levels[0].clone()
         } else {
-            let tables = &version.levels[level];
-            let pointer = compact_pointer.get(level).map(Vec::as_slice).unwrap_or(&[]);
-            let pick = tables
-                .iter()
-                .find(|t| pointer.is_empty() || t.record.smallest.as_slice() > pointer)
-                .or_else(|| tables.first())?;
-            vec![Arc::clone(pick)]
+            let by_drop = match self.opts.compaction_pick {
+                CompactionPick::MostDropped => most_dropped(&version, level),
+                CompactionPick::Rotation => None,
+            };
+            let pick = match by_drop {
+                Some(t) => t,
+                None => {
+                    let tables = &version.levels[level];
+                    let pointer = compact_pointer.get(level).map(Vec::as_slice).unwrap_or(&[]);
+                    let t = tables
+                        .iter()
+                        .find(|t| pointer.is_empty() || t.record.smallest.as_slice() > pointer)
+                        .or_else(|| tables.first())?;
+                    Arc::clone(t)
+                }
+            };
+            vec![pick]
         };
         Some(self.job_for(&version, level, level + 1, inputs))
     }
@@ -388,7 +430,7 @@ impl DbInner {
         builder: TableBuilder,
         level: usize,
     ) -> Result<Arc<TableHandle>> {
-        let meta = builder.finish()?;
+        let meta = finish_table(builder)?;
         let path = self.dir.join(table_file_name(number));
         let table = Table::open(
             &path,
@@ -396,11 +438,11 @@ impl DbInner {
             &self.opts.filter_policy,
             Arc::clone(&self.counters),
         )?;
-        Ok(TableHandle::new(
+        TableHandle::new(
             record_for(level as u32, &meta),
             Arc::new(table),
             Arc::clone(&self.fs),
             path,
-        ))
+        )
     }
 }

@@ -65,5 +65,5 @@ pub use batch::WriteBatch;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use merge::DbIterator;
-pub use options::Options;
+pub use options::{CompactionPick, Options};
 pub use stats::{LevelStats, Stats, TableInfo};

@@ -6,6 +6,21 @@ use crate::error::{Error, Result};
 use crate::filter::{BloomPolicy, FilterPolicy};
 use crate::fs::{FileSystem, RealFs};
 
+/// How a compaction out of level 1 or deeper chooses its input table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompactionPick {
+    /// Rotate through the key space: each compaction takes the table after
+    /// the last one compacted out of the level (LevelDB's policy).
+    Rotation,
+    /// Take the table whose merge with the overlapping tables below would
+    /// drop the largest share of entries (entries minus the HyperLogLog
+    /// union of their distinct keys, per byte written), when that share is
+    /// worth it; otherwise rotate. Overwrite-heavy key ranges are compacted
+    /// first, reclaiming space for less write.
+    #[default]
+    MostDropped,
+}
+
 /// Database options. Public fields with sensible defaults; [`Db::open`]
 /// validates them and rejects nonsense with [`Error::InvalidArgument`].
 ///
@@ -54,6 +69,9 @@ pub struct Options {
     /// rewrites about `multiplier` tables below it (not whole levels), large
     /// enough that filters and indexes stay a small fraction of the files.
     pub table_bytes: u64,
+    /// How compactions from level 1 and deeper pick their input table.
+    /// Default [`CompactionPick::MostDropped`].
+    pub compaction_pick: CompactionPick,
     /// Run compactions on a background thread (default true). When false,
     /// compactions run only when [`Db::compact`](crate::Db::compact) is
     /// called.
@@ -84,6 +102,7 @@ impl std::fmt::Debug for Options {
             .field("level1_bytes", &self.level1_bytes)
             .field("level_size_multiplier", &self.level_size_multiplier)
             .field("table_bytes", &self.table_bytes)
+            .field("compaction_pick", &self.compaction_pick)
             .field("background_compaction", &self.background_compaction)
             .field("track_hot_keys", &self.track_hot_keys)
             .field("fs", &self.fs)
@@ -108,6 +127,7 @@ impl Default for Options {
             level1_bytes: 64 << 20,
             level_size_multiplier: 10,
             table_bytes: 8 << 20,
+            compaction_pick: CompactionPick::MostDropped,
             background_compaction: true,
             track_hot_keys: true,
             fs: Arc::new(RealFs),

@@ -104,7 +104,10 @@ pub struct Stats {
     pub get_data_block_reads: u64,
     /// Per-level shape, level 0 first.
     pub levels: Vec<LevelStats>,
-    /// Estimated distinct user keys in all tables (merged HyperLogLog).
+    /// Estimated distinct user keys in the whole database: the union of the
+    /// tables' HyperLogLog sketches and the memtables' keys. Unlike a sum of
+    /// table entry counts it does not grow with overwrites. Keys whose newest
+    /// version is a tombstone still count until compaction drops it.
     pub distinct_keys: u64,
     /// Memtable flushes completed since open.
     pub flushes: u64,

@@ -15,10 +15,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::key::SequenceNumber;
 use crate::manifest::TableRecord;
+use crate::sketch::HyperLogLog;
 use crate::sstable::{Found, Table};
 
 /// Name of table file `number` inside the database directory.
@@ -26,29 +27,49 @@ pub(crate) fn table_file_name(number: u64) -> String {
     format!("{number:06}.sst")
 }
 
+/// Name of the table property holding the HyperLogLog of the table's user
+/// keys (see [`crate::sketch::HyperLogLog`]).
+pub(crate) const KEY_SKETCH_PROPERTY: &str = "sievedb.hll";
+
+/// Precision of the per-table key sketch: 0.81% standard error, at most
+/// 12 KiB per table (much less for small tables, which stay sparse).
+pub(crate) const KEY_SKETCH_PRECISION: u8 = 14;
+
 /// A live table: its manifest record and the open reader.
 pub(crate) struct TableHandle {
     pub(crate) record: TableRecord,
     pub(crate) table: Arc<Table>,
+    /// Distinct user keys of the table, from its properties (absent in
+    /// tables written without one).
+    pub(crate) key_sketch: Option<HyperLogLog>,
     obsolete: AtomicBool,
     fs: Arc<dyn FileSystem>,
     path: PathBuf,
 }
 
 impl TableHandle {
+    /// Wraps an open table; fails with [`Error::Corruption`] if its key
+    /// sketch property cannot be decoded.
     pub(crate) fn new(
         record: TableRecord,
         table: Arc<Table>,
         fs: Arc<dyn FileSystem>,
         path: PathBuf,
-    ) -> Arc<TableHandle> {
-        Arc::new(TableHandle {
+    ) -> Result<Arc<TableHandle>> {
+        let key_sketch = match table.property(KEY_SKETCH_PROPERTY) {
+            Some(bytes) => Some(HyperLogLog::from_bytes(bytes).map_err(|e| {
+                Error::corruption(&path, None, format!("bad key sketch property: {e}"))
+            })?),
+            None => None,
+        };
+        Ok(Arc::new(TableHandle {
             record,
             table,
+            key_sketch,
             obsolete: AtomicBool::new(false),
             fs,
             path,
-        })
+        }))
     }
 
     /// Marks the table's file for deletion once no version holds it.
@@ -134,6 +155,22 @@ impl Version {
             }
         }
         Ok(None)
+    }
+
+    /// The union of the key sketches of `tables` (tables without one are
+    /// skipped).
+    pub(crate) fn union_sketch<'a>(
+        tables: impl IntoIterator<Item = &'a Arc<TableHandle>>,
+    ) -> HyperLogLog {
+        let mut union = HyperLogLog::new(KEY_SKETCH_PRECISION);
+        for t in tables {
+            if let Some(sketch) = &t.key_sketch {
+                // Same precision by construction; a sketch of another
+                // precision is folded down by merge.
+                let _ = union.merge(sketch);
+            }
+        }
+        union
     }
 
     /// Total file bytes of `level`.

@@ -376,6 +376,14 @@ impl HyperLogLog {
         match &self.repr {
             Repr::Sparse { .. } => {
                 let view = self.sparse_view().unwrap_or_default();
+                if view.len() > sparse_limit(self.precision) {
+                    // Unmerged pending pairs pushed the sparse list past the
+                    // dense size: merging them converts to dense, which is
+                    // what the reader expects for a list this long.
+                    let mut merged = self.clone();
+                    merged.flush_pending();
+                    return merged.to_bytes();
+                }
                 out.push(ENCODING_SPARSE);
                 out.extend_from_slice(&(view.len() as u32).to_le_bytes());
                 for pair in view.iter() {

@@ -1,0 +1,120 @@
+//! Key statistics inside the engine: honest distinct-key counts under
+//! overwrites, hot keys from point reads, compaction picking by sketch.
+
+mod common;
+
+use common::{key, small_options, Rng};
+use sievedb::{CompactionPick, Db};
+
+#[test]
+fn distinct_keys_are_honest_under_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.memtable_bytes = 4 << 20;
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    for round in 0..10u64 {
+        for i in 0..100_000 {
+            db.put(key(i), round.to_le_bytes()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let s = db.stats();
+    let entries: u64 = s.levels.iter().map(|l| l.entries).sum();
+    assert!(
+        entries >= 1_000_000,
+        "every round is still on disk: {entries}"
+    );
+    let err = (s.distinct_keys as f64 - 100_000.0).abs() / 100_000.0;
+    assert!(err <= 0.02, "distinct_keys {} vs 100,000", s.distinct_keys);
+    let l0 = &s.levels[0];
+    let err0 = (l0.distinct_keys as f64 - 100_000.0).abs() / 100_000.0;
+    assert!(err0 <= 0.02, "level 0 distinct_keys {}", l0.distinct_keys);
+    // Memtable keys count too, and survive a reopen's recovery.
+    for i in 100_000..110_000 {
+        db.put(key(i), b"x").unwrap();
+    }
+    let s = db.stats();
+    let err = (s.distinct_keys as f64 - 110_000.0).abs() / 110_000.0;
+    assert!(err <= 0.02, "distinct_keys {} vs 110,000", s.distinct_keys);
+}
+
+#[test]
+fn hot_keys_follow_point_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_options()).unwrap();
+    for i in 0..10_000 {
+        db.put(key(i), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    let mut rng = Rng(11);
+    // Keys 0..5 are read far more often than the rest.
+    for _ in 0..100_000 {
+        let k = if rng.below(2) == 0 {
+            rng.below(5)
+        } else {
+            rng.below(10_000)
+        };
+        db.get(key(k)).unwrap();
+    }
+    let hot = db.hot_keys(5);
+    assert_eq!(hot.len(), 5);
+    let mut hot_ids: Vec<Vec<u8>> = hot.iter().map(|(k, _)| k.clone()).collect();
+    hot_ids.sort();
+    let want: Vec<Vec<u8>> = (0..5).map(key).collect();
+    assert_eq!(hot_ids, want);
+    for (_, count) in &hot {
+        // Each hot key was read about 100,000 / 2 / 5 = 10,000 times; the
+        // sketch never undercounts.
+        assert!(*count >= 9_000, "{count}");
+    }
+    // Turned off: nothing tracked.
+    drop(db);
+    let mut opts = small_options();
+    opts.track_hot_keys = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    db.get(key(1)).unwrap();
+    assert!(db.hot_keys(5).is_empty());
+}
+
+/// Both picking policies keep the data correct; on an overwrite-heavy
+/// workload, picking by dropped entries writes no more than rotation.
+#[test]
+fn compaction_picks_are_correct_and_sketch_pick_reclaims_space() {
+    let mut results = Vec::new();
+    for pick in [CompactionPick::Rotation, CompactionPick::MostDropped] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = small_options();
+        opts.compaction_pick = pick;
+        let db = Db::open(dir.path(), opts).unwrap();
+        let mut rng = Rng(5);
+        let mut model = std::collections::BTreeMap::new();
+        // A cold range written once, and a hot range overwritten often.
+        for i in 0..40_000u64 {
+            db.put(key(i), [1u8; 24]).unwrap();
+            model.insert(i, 1u8);
+        }
+        for round in 0..20u8 {
+            for _ in 0..4_000 {
+                let k = 40_000 + rng.below(2_000);
+                db.put(key(k), [round; 24]).unwrap();
+                model.insert(k, round);
+            }
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        for (k, v) in &model {
+            assert_eq!(
+                db.get(key(*k)).unwrap(),
+                Some(vec![*v; 24]),
+                "{pick:?} key {k}"
+            );
+        }
+        let s = db.stats();
+        let entries: u64 = s.levels.iter().map(|l| l.entries).sum();
+        results.push((pick, s.compaction_bytes_written, entries));
+    }
+    let (_, _, rotation_entries) = results[0];
+    let (_, _, sketch_entries) = results[1];
+    assert!(sketch_entries <= rotation_entries, "{results:?}");
+}
