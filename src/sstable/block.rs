@@ -213,7 +213,10 @@ impl<'a> BlockView<'a> {
             base,
         };
         if num_restarts > 0 && view.restart(0)? != 0 {
-            return Err(corrupt(entries_end, "first restart point is not at offset 0"));
+            return Err(corrupt(
+                entries_end,
+                "first restart point is not at offset 0",
+            ));
         }
         Ok(view)
     }
@@ -252,7 +255,11 @@ impl<'a> BlockView<'a> {
     /// Decodes the entry header at `pos`; `prev_key_len` is the length of
     /// the previous key (0 at a restart point).
     #[inline]
-    pub(crate) fn entry(&self, pos: usize, prev_key_len: usize) -> Result<EntryRef<'a>, BlockCorruption> {
+    pub(crate) fn entry(
+        &self,
+        pos: usize,
+        prev_key_len: usize,
+    ) -> Result<EntryRef<'a>, BlockCorruption> {
         let entries = &self.contents[..self.entries_end];
         let bad_header = || self.corrupt(pos, "bad entry header");
         let (shared, p) = get_varint32(entries, pos).ok_or_else(bad_header)?;
@@ -373,7 +380,9 @@ mod tests {
         let mut key = Vec::new();
         for i in 0..100u32 {
             let user = format!("key{:04}", i);
-            let r = view.seek(user.as_bytes(), pack_trailer(7, ValueKind::Put), &mut key).unwrap();
+            let r = view
+                .seek(user.as_bytes(), pack_trailer(7, ValueKind::Put), &mut key)
+                .unwrap();
             let want = i.div_ceil(2) as usize;
             match r.hit {
                 Some((v, _)) => {

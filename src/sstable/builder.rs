@@ -314,10 +314,7 @@ impl TableBuilder {
         let num = |v: u64| encode_u64_property(v);
         props.insert(PROP_ENTRIES.into(), num(self.entries));
         props.insert(PROP_TOMBSTONES.into(), num(self.tombstones));
-        props.insert(
-            PROP_DISTINCT_KEYS.into(),
-            num(self.key_hashes.len() as u64),
-        );
+        props.insert(PROP_DISTINCT_KEYS.into(), num(self.key_hashes.len() as u64));
         props.insert(PROP_SMALLEST_KEY.into(), self.smallest.clone());
         props.insert(PROP_LARGEST_KEY.into(), largest.clone());
         props.insert(PROP_SMALLEST_SEQ.into(), num(smallest_seq));

@@ -208,7 +208,9 @@ impl Footer {
         if stored != actual {
             return Err(err(
                 52,
-                format!("footer checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"),
+                format!(
+                    "footer checksum mismatch (stored {stored:#010x}, computed {actual:#010x})"
+                ),
             ));
         }
         let version = u32_at(48);
@@ -251,14 +253,18 @@ pub fn decode_properties(buf: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, &'stat
     for _ in 0..count {
         let (name_len, q) = get_varint32(buf, p).ok_or("bad property name length")?;
         let name_end = q.checked_add(name_len).ok_or("property name too long")?;
-        let name = buf.get(q..name_end).ok_or("property name runs past block")?;
+        let name = buf
+            .get(q..name_end)
+            .ok_or("property name runs past block")?;
         let name = std::str::from_utf8(name).map_err(|_| "property name is not UTF-8")?;
         let (value_len, q) = get_varint64(buf, name_end).ok_or("bad property value length")?;
         let value_end = usize::try_from(value_len)
             .ok()
             .and_then(|l| q.checked_add(l))
             .ok_or("property value too long")?;
-        let value = buf.get(q..value_end).ok_or("property value runs past block")?;
+        let value = buf
+            .get(q..value_end)
+            .ok_or("property value runs past block")?;
         if let Some(prev) = &last {
             if prev.as_str() >= name {
                 return Err("property names out of order");

@@ -25,7 +25,9 @@ use super::iter::TableIter;
 use super::{Found, TableMeta};
 use crate::error::{Error, Result};
 use crate::filter::{Filter, FilterPolicy};
-use crate::key::{pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN};
+use crate::key::{
+    pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN,
+};
 use crate::stats::ReadCounters;
 
 /// One index entry held in memory: the last key of a data block and where
@@ -89,7 +91,9 @@ impl Table {
             return Err(Error::corruption(
                 path,
                 Some(file_len),
-                format!("file of {file_len} bytes is too short to hold the {FOOTER_LEN}-byte footer"),
+                format!(
+                    "file of {file_len} bytes is too short to hold the {FOOTER_LEN}-byte footer"
+                ),
             ));
         }
         // SAFETY: table files are immutable once finished and never modified
@@ -102,9 +106,8 @@ impl Table {
         let footer_at = file_len.checked_sub(FOOTER_LEN as u64).ok_or_else(|| {
             Error::corruption(path, Some(file_len), "file shrank below the footer size")
         })?;
-        let footer = Footer::decode(&mmap[footer_at as usize..]).map_err(|e| {
-            Error::corruption(path, Some(footer_at + e.offset_in_footer), e.reason)
-        })?;
+        let footer = Footer::decode(&mmap[footer_at as usize..])
+            .map_err(|e| Error::corruption(path, Some(footer_at + e.offset_in_footer), e.reason))?;
 
         // The blocks after the data follow each other exactly: filter,
         // properties, index, footer.
@@ -177,7 +180,10 @@ impl Table {
         let Some(bytes) = range.and_then(|r| self.mmap.get(r)) else {
             return Err(self.corrupt(
                 h.offset,
-                format!("block (offset {}, len {}) runs past the end of the file", h.offset, h.len),
+                format!(
+                    "block (offset {}, len {}) runs past the end of the file",
+                    h.offset, h.len
+                ),
             ));
         };
         let (contents, trailer) = bytes.split_at(bytes.len() - BLOCK_TRAILER_LEN);
@@ -217,7 +223,9 @@ impl Table {
         let mut pos = 0;
         let mut expected_offset = 0u64;
         while pos < view.entries_end() {
-            let (value, next) = view.next_into(pos, &mut key).map_err(|c| self.from_block(c))?;
+            let (value, next) = view
+                .next_into(pos, &mut key)
+                .map_err(|c| self.from_block(c))?;
             let entry_at = h.offset + pos as u64;
             let handle = contents
                 .get(value)
@@ -296,7 +304,9 @@ impl Table {
             && largest_seq <= MAX_SEQUENCE
             && (entries == 0 || smallest <= largest)
             && match self.index.last() {
-                Some(e) => user_part(&self.index_keys[e.key_start..e.key_end]) == largest.as_slice(),
+                Some(e) => {
+                    user_part(&self.index_keys[e.key_start..e.key_end]) == largest.as_slice()
+                }
                 None => true,
             };
         if !consistent {
