@@ -30,6 +30,8 @@ fn opts(policy: &Arc<dyn FilterPolicy>) -> TableOptions {
 
 /// One entry as the tests model it.
 type Entry = (InternalKey, Vec<u8>);
+/// One version of a user key: sequence, kind, value.
+type Version = (u64, ValueKind, Vec<u8>);
 
 fn write(path: &Path, entries: &[Entry], opts: TableOptions) -> TableMeta {
     let mut b = TableBuilder::new(&RealFs, path, 7, opts).unwrap();
@@ -322,7 +324,7 @@ fn iterator_order_and_seek() {
 fn get_at_snapshots_returns_the_right_version() {
     let dir = tempfile::tempdir().unwrap();
     let entries = versioned_entries();
-    let mut by_user: BTreeMap<Vec<u8>, Vec<(u64, ValueKind, Vec<u8>)>> = BTreeMap::new();
+    let mut by_user: BTreeMap<Vec<u8>, Vec<Version>> = BTreeMap::new();
     for (k, v) in &entries {
         by_user
             .entry(k.user_key.clone())
