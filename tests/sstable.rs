@@ -612,3 +612,12 @@ fn iterator_outlives_other_handles_and_counts_per_block() {
     assert!(matches!(it.next(), Err(Error::InvalidArgument(_))));
     assert_eq!(counters.filter_checks.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn tables_and_iterators_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Table>();
+    send::<sievedb::sstable::TableIter>();
+    send::<TableBuilder>();
+}
