@@ -290,6 +290,9 @@ impl TableBuilder {
     ///
     /// A table without entries is valid: it has no data blocks, an empty
     /// index, and every lookup in it answers "absent" without I/O.
+    ///
+    /// On an error the file is left incomplete (it will not open as a
+    /// table); the caller removes it.
     pub fn finish(mut self) -> Result<TableMeta> {
         self.check_not_failed()?;
         if let Some(name) = &self.bad_property {
@@ -330,8 +333,9 @@ impl TableBuilder {
             filter,
             properties,
         };
-        self.write_buf.extend_from_slice(&footer.encode());
-        self.offset += footer.encode().len() as u64;
+        let footer = footer.encode();
+        self.write_buf.extend_from_slice(&footer);
+        self.offset += footer.len() as u64;
         self.flush_write_buf()?;
         self.file.sync().map_err(|e| Error::io(&self.path, e))?;
 

@@ -1,6 +1,7 @@
 //! A cursor over a table's entries for range scans and compactions.
 
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::block::{BlockCorruption, BlockView};
@@ -67,25 +68,24 @@ impl TableIter {
         Ok(true)
     }
 
-    fn corruption(&self, c: BlockCorruption) -> Error {
-        Error::corruption(self.table.path(), Some(c.offset), c.reason)
-    }
-
     /// Decodes the entry at `next_pos` of the loaded block, if any.
     fn step(&mut self) -> Result<bool> {
-        let table = Arc::clone(&self.table);
+        // Borrows fields separately (no `Arc` clone per entry): the block
+        // bytes come from `self.table` while `self.key` is rewritten.
         let base = self.contents.start;
-        let contents = table
+        let contents = self
+            .table
             .mmap_bytes()
             .get(self.contents.clone())
             .unwrap_or_default();
-        let view = BlockView::parse(contents, base as u64).map_err(|c| self.corruption(c))?;
+        let path = self.table.path();
+        let view = BlockView::parse(contents, base as u64).map_err(|c| corruption(path, c))?;
         if self.next_pos >= view.entries_end() {
             return Ok(false);
         }
         let (value, next) = view
             .next_into(self.next_pos, &mut self.key)
-            .map_err(|c| self.corruption(c))?;
+            .map_err(|c| corruption(path, c))?;
         self.value = base + value.start..base + value.end;
         self.next_pos = next;
         Ok(true)
@@ -138,16 +138,23 @@ impl InternalIterator for TableIter {
         if !self.fail(loaded)? {
             return Ok(()); // every key is smaller than the target
         }
-        let table = Arc::clone(&self.table);
         let base = self.contents.start;
-        let contents = table
+        let contents = self
+            .table
             .mmap_bytes()
             .get(self.contents.clone())
             .unwrap_or_default();
+        let path = self.table.path();
         let sought = BlockView::parse(contents, base as u64)
             .and_then(|view| view.seek(user_key, trailer, &mut self.key))
-            .map_err(|c| self.corruption(c));
-        let r = self.fail(sought)?;
+            .map_err(|c| corruption(path, c));
+        let r = match sought {
+            Ok(r) => r,
+            Err(e) => {
+                self.valid = false;
+                return Err(e);
+            }
+        };
         match r.hit {
             Some((value, next)) => {
                 self.value = base + value.start..base + value.end;
@@ -156,7 +163,7 @@ impl InternalIterator for TableIter {
                 Ok(())
             }
             None => Err(Error::corruption(
-                table.path(),
+                path,
                 Some(base as u64),
                 "data block holds no key up to its index key",
             )),
@@ -185,4 +192,8 @@ impl InternalIterator for TableIter {
             .get(self.value.clone())
             .unwrap_or_default()
     }
+}
+
+fn corruption(path: &Path, c: BlockCorruption) -> Error {
+    Error::corruption(path, Some(c.offset), c.reason)
 }
