@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, NoFilter};
+use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
 use sievedb::fs::RealFs;
 use sievedb::iter::InternalIterator;
 use sievedb::key::{decode_internal_key, InternalKey, ValueKind, MAX_SEQUENCE};
@@ -18,7 +18,11 @@ use sievedb::Error;
 
 /// Every filter policy a table can be written with.
 fn policies() -> Vec<Arc<dyn FilterPolicy>> {
-    vec![Arc::new(BloomPolicy::new(10.0)), Arc::new(NoFilter)]
+    vec![
+        Arc::new(BloomPolicy::new(10.0)),
+        Arc::new(RibbonPolicy::new(10.0)),
+        Arc::new(NoFilter),
+    ]
 }
 
 fn opts(policy: &Arc<dyn FilterPolicy>) -> TableOptions {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, NoFilter};
+use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
 use sievedb::fs::RealFs;
 use sievedb::iter::InternalIterator;
 use sievedb::key::{InternalKey, ValueKind, MAX_SEQUENCE};
@@ -17,7 +17,11 @@ use sievedb::stats::ReadCounters;
 use sievedb::{Error, Result};
 
 fn policies() -> Vec<Arc<dyn FilterPolicy>> {
-    vec![Arc::new(BloomPolicy::new(10.0)), Arc::new(NoFilter)]
+    vec![
+        Arc::new(BloomPolicy::new(10.0)),
+        Arc::new(RibbonPolicy::new(10.0)),
+        Arc::new(NoFilter),
+    ]
 }
 
 struct Fixture {
