@@ -49,9 +49,9 @@
 //!
 //! # Durability
 //!
-//! [`Manifest::create`] fsyncs the new manifest (with its snapshot) before
-//! `CURRENT` can point at it, and fsyncs the directory after the rename, so
-//! the new manifest's entry and `CURRENT` are durable together.
+//! [`Manifest::create`] fsyncs the new manifest (with its snapshot) and the
+//! directory (its entry) before `CURRENT` can point at it, and fsyncs the
+//! directory again after the rename that replaces `CURRENT`.
 //! [`Manifest::log_edit`] fsyncs each edit before returning. On recovery a
 //! torn last record (a crash during `log_edit`) is dropped — that edit was
 //! never acknowledged — while damage followed by intact records is
@@ -191,10 +191,7 @@ impl EditDecoder<'_> {
         let start = self.pos;
         let level = self.varint("level")?;
         if level >= u64::from(MAX_LEVELS) {
-            return Err(self.corrupt(
-                start,
-                format!("level {level} is not below {MAX_LEVELS}"),
-            ));
+            return Err(self.corrupt(start, format!("level {level} is not below {MAX_LEVELS}")));
         }
         Ok(level as u32)
     }
@@ -355,10 +352,11 @@ impl VersionEdit {
                 )));
             }
         }
-        let sequences = self
-            .last_sequence
-            .iter()
-            .chain(self.added.iter().flat_map(|t| [&t.smallest_seq, &t.largest_seq]));
+        let sequences = self.last_sequence.iter().chain(
+            self.added
+                .iter()
+                .flat_map(|t| [&t.smallest_seq, &t.largest_seq]),
+        );
         for &seq in sequences {
             if seq > MAX_SEQUENCE {
                 return Err(Error::invalid(format!("sequence {seq} exceeds 2^56 - 1")));
@@ -532,9 +530,9 @@ fn write_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result
 
 impl Manifest {
     /// Creates a new manifest file `MANIFEST-{number:06}` in `dir` whose first
-    /// record is a snapshot edit of `state`, syncs it, then points `CURRENT`
-    /// at it (write `CURRENT.tmp`, sync, rename to `CURRENT`, sync the
-    /// directory).
+    /// record is a snapshot edit of `state`, syncs it (and the directory),
+    /// then points `CURRENT` at it (write `CURRENT.tmp`, sync, rename to
+    /// `CURRENT`, sync the directory).
     ///
     /// A `state` that could not be recovered (duplicate file numbers, a level
     /// `>= MAX_LEVELS`, impossible key or sequence ranges) is
@@ -562,6 +560,9 @@ impl Manifest {
         let mut writer = LogWriter::create(fs, &path)?;
         writer.add_record(&encoded)?;
         writer.sync()?;
+        // The new file's directory entry must be durable before CURRENT can
+        // name it; POSIX does not order a create before a later rename.
+        fs.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
         write_current(fs, dir, &name)?;
         Ok(Manifest { writer, number })
     }

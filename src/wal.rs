@@ -250,7 +250,10 @@ enum Parsed {
 }
 
 fn parse_at(data: &[u8], pos: usize) -> Parsed {
-    let Some(header) = data.get(pos..).and_then(|rest| rest.get(..RECORD_HEADER_LEN)) else {
+    let Some(header) = data
+        .get(pos..)
+        .and_then(|rest| rest.get(..RECORD_HEADER_LEN))
+    else {
         return Parsed::ShortHeader;
     };
     let mut crc_bytes = [0u8; 4];

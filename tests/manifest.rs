@@ -40,7 +40,10 @@ fn manifest_file_names() {
     assert_eq!(manifest_file_name(123), "MANIFEST-000123");
     assert_eq!(manifest_file_name(1_234_567), "MANIFEST-1234567");
     assert_eq!(parse_manifest_file_name("MANIFEST-000123"), Some(123));
-    assert_eq!(parse_manifest_file_name("MANIFEST-1234567"), Some(1_234_567));
+    assert_eq!(
+        parse_manifest_file_name("MANIFEST-1234567"),
+        Some(1_234_567)
+    );
     for bad in [
         "MANIFEST-",
         "MANIFEST-12",
@@ -93,12 +96,27 @@ fn decode_rejects_damage_with_typed_errors_and_offsets() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("unknown tag", vec![6, 1]),
         ("zero tag", vec![0]),
-        ("overlong varint", vec![1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
-        ("overflowing varint", vec![1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]),
+        (
+            "overlong varint",
+            vec![
+                1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        ),
+        (
+            "overflowing varint",
+            vec![
+                1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+            ],
+        ),
         ("repeated counter", vec![1, 5, 1, 6]),
         ("level too high", vec![4, MAX_LEVELS as u8, 1]),
         ("key runs past end", vec![5, 0, 1, 1, 50, b'a']),
-        ("huge key length", vec![5, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
+        (
+            "huge key length",
+            vec![
+                5, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        ),
         ("sequence above 2^56-1", {
             let mut v = vec![2];
             v.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
@@ -112,27 +130,51 @@ fn decode_rejects_damage_with_typed_errors_and_offsets() {
 
     let mut inverted = table(0, 1);
     std::mem::swap(&mut inverted.smallest, &mut inverted.largest);
-    let bad_keys = VersionEdit { added: vec![inverted], ..Default::default() }.encode();
-    assert!(VersionEdit::decode(&bad_keys, p(), 0).unwrap_err().is_corruption());
+    let bad_keys = VersionEdit {
+        added: vec![inverted],
+        ..Default::default()
+    }
+    .encode();
+    assert!(VersionEdit::decode(&bad_keys, p(), 0)
+        .unwrap_err()
+        .is_corruption());
     let mut inverted = table(0, 1);
     inverted.smallest_seq = inverted.largest_seq + 1;
-    let bad_seqs = VersionEdit { added: vec![inverted], ..Default::default() }.encode();
-    assert!(VersionEdit::decode(&bad_seqs, p(), 0).unwrap_err().is_corruption());
+    let bad_seqs = VersionEdit {
+        added: vec![inverted],
+        ..Default::default()
+    }
+    .encode();
+    assert!(VersionEdit::decode(&bad_seqs, p(), 0)
+        .unwrap_err()
+        .is_corruption());
 }
 
 #[test]
 fn validate_rejects_what_decode_would_reject() {
     assert!(VersionEdit::default().validate().is_ok());
     let mut t = table(MAX_LEVELS, 1);
-    let e = VersionEdit { added: vec![t.clone()], ..Default::default() };
+    let e = VersionEdit {
+        added: vec![t.clone()],
+        ..Default::default()
+    };
     assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
     t.level = 0;
     t.smallest_seq = t.largest_seq + 1;
-    let e = VersionEdit { added: vec![t], ..Default::default() };
+    let e = VersionEdit {
+        added: vec![t],
+        ..Default::default()
+    };
     assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
-    let e = VersionEdit { removed: vec![(MAX_LEVELS, 1)], ..Default::default() };
+    let e = VersionEdit {
+        removed: vec![(MAX_LEVELS, 1)],
+        ..Default::default()
+    };
     assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
-    let e = VersionEdit { last_sequence: Some(1 << 56), ..Default::default() };
+    let e = VersionEdit {
+        last_sequence: Some(1 << 56),
+        ..Default::default()
+    };
     assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
 }
 
@@ -155,7 +197,10 @@ fn apply_adds_removes_moves_and_sets_counters() {
     assert!(s.level(1).is_empty());
     assert_eq!(s.level(2), &[table(2, 3)]);
     assert!(s.level(40).is_empty());
-    assert_eq!((s.next_file_number, s.last_sequence, s.log_number), (4, 30, 1));
+    assert_eq!(
+        (s.next_file_number, s.last_sequence, s.log_number),
+        (4, 30, 1)
+    );
     assert_eq!(s.table_count(), 3);
 
     // Counters left as None keep their values; a compaction moves 1 and 2
@@ -174,11 +219,20 @@ fn apply_adds_removes_moves_and_sets_counters() {
     assert_eq!(s.level(1), &[table(1, 4)]);
     assert!(s.level(2).is_empty());
     assert_eq!(s.level(3), &[table(3, 3)]);
-    assert_eq!((s.next_file_number, s.last_sequence, s.log_number), (5, 30, 1));
+    assert_eq!(
+        (s.next_file_number, s.last_sequence, s.log_number),
+        (5, 30, 1)
+    );
 
     // Insertion order is kept within a level.
-    s.apply(&VersionEdit { added: vec![table(1, 9), table(1, 6)], ..Default::default() }, p())
-        .unwrap();
+    s.apply(
+        &VersionEdit {
+            added: vec![table(1, 9), table(1, 6)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
     let order: Vec<u64> = s.level(1).iter().map(|t| t.file_number).collect();
     assert_eq!(order, vec![4, 9, 6]);
 }
@@ -186,21 +240,57 @@ fn apply_adds_removes_moves_and_sets_counters() {
 #[test]
 fn apply_rejects_impossible_edits_and_leaves_state_unchanged() {
     let mut s = ManifestState::default();
-    s.apply(&VersionEdit { added: vec![table(0, 1), table(1, 2)], ..Default::default() }, p())
-        .unwrap();
+    s.apply(
+        &VersionEdit {
+            added: vec![table(0, 1), table(1, 2)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
     let before = s.clone();
     let bad = [
-        ("remove absent", VersionEdit { removed: vec![(0, 99)], ..Default::default() }),
-        ("remove at wrong level", VersionEdit { removed: vec![(1, 1)], ..Default::default() }),
-        ("remove twice", VersionEdit { removed: vec![(0, 1), (0, 1)], ..Default::default() }),
-        ("add duplicate of live", VersionEdit { added: vec![table(3, 2)], ..Default::default() }),
+        (
+            "remove absent",
+            VersionEdit {
+                removed: vec![(0, 99)],
+                ..Default::default()
+            },
+        ),
+        (
+            "remove at wrong level",
+            VersionEdit {
+                removed: vec![(1, 1)],
+                ..Default::default()
+            },
+        ),
+        (
+            "remove twice",
+            VersionEdit {
+                removed: vec![(0, 1), (0, 1)],
+                ..Default::default()
+            },
+        ),
+        (
+            "add duplicate of live",
+            VersionEdit {
+                added: vec![table(3, 2)],
+                ..Default::default()
+            },
+        ),
         (
             "add twice in one edit",
-            VersionEdit { added: vec![table(0, 5), table(1, 5)], ..Default::default() },
+            VersionEdit {
+                added: vec![table(0, 5), table(1, 5)],
+                ..Default::default()
+            },
         ),
         (
             "level too high",
-            VersionEdit { added: vec![table(MAX_LEVELS, 6)], ..Default::default() },
+            VersionEdit {
+                added: vec![table(MAX_LEVELS, 6)],
+                ..Default::default()
+            },
         ),
         (
             "valid part then invalid part",
@@ -224,7 +314,14 @@ fn apply_rejects_impossible_edits_and_leaves_state_unchanged() {
 #[test]
 fn state_equality_ignores_trailing_empty_levels_only() {
     let mut a = ManifestState::default();
-    a.apply(&VersionEdit { added: vec![table(2, 1)], ..Default::default() }, p()).unwrap();
+    a.apply(
+        &VersionEdit {
+            added: vec![table(2, 1)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
     let mut b = a.clone();
     b.levels.push(Vec::new());
     assert_eq!(a, b);
@@ -272,7 +369,10 @@ fn history() -> (ManifestState, Vec<VersionEdit>) {
 #[test]
 fn create_log_edits_recover_gives_the_same_state() {
     let dir = tempfile::tempdir().unwrap();
-    assert!(Manifest::recover(&RealFs, dir.path()).unwrap().is_none(), "new database");
+    assert!(
+        Manifest::recover(&RealFs, dir.path()).unwrap().is_none(),
+        "new database"
+    );
 
     let (expected, edits) = history();
     assert!(expected.table_count() > 3);
@@ -284,7 +384,9 @@ fn create_log_edits_recover_gives_the_same_state() {
         m.log_edit(e).unwrap();
         assert!(m.file_size() > before);
     }
-    let on_disk = std::fs::metadata(dir.path().join("MANIFEST-000001")).unwrap().len();
+    let on_disk = std::fs::metadata(dir.path().join("MANIFEST-000001"))
+        .unwrap()
+        .len();
     assert_eq!(m.file_size(), on_disk);
 
     let (state, number) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
@@ -323,8 +425,13 @@ fn current_switches_to_the_newest_manifest() {
     let snap = VersionEdit::decode(&log.records[0], second.path(), 0).unwrap();
     assert_eq!(snap, mid.snapshot_edit());
     // Removing the old manifest does not matter to recovery.
-    RealFs.remove_file(&dir.path().join(manifest_file_name(1))).unwrap();
-    assert_eq!(Manifest::recover(&RealFs, dir.path()).unwrap().unwrap().0, state);
+    RealFs
+        .remove_file(&dir.path().join(manifest_file_name(1)))
+        .unwrap();
+    assert_eq!(
+        Manifest::recover(&RealFs, dir.path()).unwrap().unwrap().0,
+        state
+    );
 }
 
 #[test]
@@ -419,12 +526,21 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
 
     // Empty manifest (no snapshot record at all).
     LogWriter::create(&RealFs, &path).unwrap();
-    assert_eq!(corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()).0, path);
+    assert_eq!(
+        corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()).0,
+        path
+    );
 
     // First record is not a snapshot.
     let mut w = LogWriter::create(&RealFs, &path).unwrap();
-    w.add_record(&VersionEdit { added: vec![table(0, 1)], ..Default::default() }.encode())
-        .unwrap();
+    w.add_record(
+        &VersionEdit {
+            added: vec![table(0, 1)],
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
     assert_eq!(
         corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()),
         (path.clone(), Some(0))
@@ -434,10 +550,22 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
     let mut w = LogWriter::create(&RealFs, &path).unwrap();
     w.add_record(&snapshot.encode()).unwrap();
     let second = w.len();
-    w.add_record(&VersionEdit { removed: vec![(0, 77)], ..Default::default() }.encode())
-        .unwrap();
-    w.add_record(&VersionEdit { log_number: Some(3), ..Default::default() }.encode())
-        .unwrap();
+    w.add_record(
+        &VersionEdit {
+            removed: vec![(0, 77)],
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
+    w.add_record(
+        &VersionEdit {
+            log_number: Some(3),
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
     assert_eq!(
         corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()),
         (path.clone(), Some(second))
@@ -456,18 +584,30 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
 #[test]
 fn create_and_log_edit_reject_unrecoverable_input() {
     let dir = tempfile::tempdir().unwrap();
-    let mut dup = ManifestState::default();
-    dup.levels = vec![vec![table(0, 1)], vec![table(1, 1)]];
+    let dup = ManifestState {
+        levels: vec![vec![table(0, 1)], vec![table(1, 1)]],
+        ..Default::default()
+    };
     let err = Manifest::create(&RealFs, dir.path(), 1, &dup).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-    assert!(RealFs.list_dir(dir.path()).unwrap().is_empty(), "nothing written");
+    assert!(
+        RealFs.list_dir(dir.path()).unwrap().is_empty(),
+        "nothing written"
+    );
 
     let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
     let size = m.file_size();
-    let bad = VersionEdit { added: vec![table(MAX_LEVELS + 1, 5)], ..Default::default() };
+    let bad = VersionEdit {
+        added: vec![table(MAX_LEVELS + 1, 5)],
+        ..Default::default()
+    };
     assert!(matches!(m.log_edit(&bad), Err(Error::InvalidArgument(_))));
     assert_eq!(m.file_size(), size);
-    m.log_edit(&VersionEdit { added: vec![table(0, 5)], ..Default::default() }).unwrap();
+    m.log_edit(&VersionEdit {
+        added: vec![table(0, 5)],
+        ..Default::default()
+    })
+    .unwrap();
     let (state, _) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
     assert_eq!(state.level(0), &[table(0, 5)]);
 }
@@ -482,15 +622,17 @@ fn arb_table() -> impl Strategy<Value = TableRecord> {
         0..=sievedb::key::MAX_SEQUENCE,
         0..=sievedb::key::MAX_SEQUENCE,
     )
-        .prop_map(|(level, file_number, file_size, a, b, s1, s2)| TableRecord {
-            level,
-            file_number,
-            file_size,
-            smallest: a.clone().min(b.clone()),
-            largest: a.max(b),
-            smallest_seq: s1.min(s2),
-            largest_seq: s1.max(s2),
-        })
+        .prop_map(
+            |(level, file_number, file_size, a, b, s1, s2)| TableRecord {
+                level,
+                file_number,
+                file_size,
+                smallest: a.clone().min(b.clone()),
+                largest: a.max(b),
+                smallest_seq: s1.min(s2),
+                largest_seq: s1.max(s2),
+            },
+        )
 }
 
 fn arb_edit() -> impl Strategy<Value = VersionEdit> {
@@ -501,13 +643,15 @@ fn arb_edit() -> impl Strategy<Value = VersionEdit> {
         prop::option::of(0..=sievedb::key::MAX_SEQUENCE),
         prop::option::of(any::<u64>()),
     )
-        .prop_map(|(added, removed, next_file_number, last_sequence, log_number)| VersionEdit {
-            added,
-            removed,
-            next_file_number,
-            last_sequence,
-            log_number,
-        })
+        .prop_map(
+            |(added, removed, next_file_number, last_sequence, log_number)| VersionEdit {
+                added,
+                removed,
+                next_file_number,
+                last_sequence,
+                log_number,
+            },
+        )
 }
 
 proptest! {

@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use sievedb::fs::{FileSystem, RealFs, WritableFile};
-use sievedb::wal::{
-    read_log, scan_log, LogWriter, MAX_RECORD_PAYLOAD, RECORD_HEADER_LEN,
-};
+use sievedb::wal::{read_log, scan_log, LogWriter, MAX_RECORD_PAYLOAD, RECORD_HEADER_LEN};
 use sievedb::Error;
 
 /// Deterministic, non-repeating payload bytes, so no payload accidentally
@@ -115,7 +113,9 @@ fn scan_log_reports_offsets_and_payload_ranges() {
 fn truncation_at_every_offset_of_the_last_records_is_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.log");
-    let records: Vec<Vec<u8>> = (0..6u64).map(|i| payload(i, 20 + 40 * i as usize)).collect();
+    let records: Vec<Vec<u8>> = (0..6u64)
+        .map(|i| payload(i, 20 + 40 * i as usize))
+        .collect();
     write_log(&RealFs, &path, &records);
     let data = std::fs::read(&path).unwrap();
     let starts = boundaries(&records);
@@ -232,8 +232,8 @@ fn a_damaged_last_record_is_dropped_as_torn() {
         for flip in [0x01u8, 0x80] {
             let mut data = clean.clone();
             data[at as usize] ^= flip;
-            let scan = scan_log(&data, &path)
-                .unwrap_or_else(|e| panic!("byte {at} flip {flip:#x}: {e}"));
+            let scan =
+                scan_log(&data, &path).unwrap_or_else(|e| panic!("byte {at} flip {flip:#x}: {e}"));
             assert_eq!(scan.records.len(), 2);
             assert_eq!(scan.valid_len, starts[2]);
             assert!(scan.torn_tail);
@@ -289,7 +289,10 @@ fn oversized_payload_is_invalid_argument_and_writes_nothing() {
     assert_eq!(w.len(), 0);
     w.add_record(b"still usable").unwrap();
     w.sync().unwrap();
-    assert_eq!(read_log(&RealFs, &path).unwrap().records, vec![b"still usable".to_vec()]);
+    assert_eq!(
+        read_log(&RealFs, &path).unwrap().records,
+        vec![b"still usable".to_vec()]
+    );
 }
 
 #[test]
