@@ -282,10 +282,14 @@ const DIRECT_CHECK_MAX_PAYLOAD: usize = 1024;
 ///
 /// Hashing every candidate directly would cost the candidate's length each
 /// time, and in random bytes (compressed or encrypted values) about one
-/// offset in `2^32 / remaining` declares a length that fits, so the total
-/// grows with the cube of the region: a 32 MiB torn tail took 94 s that way.
-/// Long candidates are instead checked with prefix checksums in constant
-/// time each (see [`SubrangeCrc`]).
+/// offset in `2^32 / remaining` declares a length that fits, so the work
+/// grows with the cube of the region. Long candidates are instead checked
+/// with prefix checksums in constant time each (see [`SubrangeCrc`]), so
+/// the work grows with the square of the region divided by 2^32. Measured
+/// (`cargo bench --bench wal -- --warm-up-time 1 --measurement-time 3`,
+/// 2 shared cores, load average ~8, criterion estimates from one run): a
+/// 4 MiB random torn tail takes 33 ms against 163 ms for direct hashing
+/// (4.9x); a 32 MiB one takes 0.52 s.
 fn any_valid_record_from(data: &[u8], from: usize) -> bool {
     let last_start = match data.len().checked_sub(RECORD_HEADER_LEN) {
         Some(last) => last,

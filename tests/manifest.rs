@@ -596,6 +596,9 @@ fn create_and_log_edit_reject_unrecoverable_input() {
     );
 
     let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    // Reusing the live manifest's number would truncate it.
+    let err = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     let size = m.file_size();
     let bad = VersionEdit {
         added: vec![table(MAX_LEVELS + 1, 5)],
