@@ -485,3 +485,45 @@ proptest! {
         prop_assert_eq!(corruption_offset(&err), Some(starts[victim]));
     }
 }
+
+#[test]
+fn long_records_take_the_same_torn_and_corrupt_decisions() {
+    // Records longer than the direct-hash limit exercise the prefix-checksum
+    // path of the resync scan.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.log");
+    let records: Vec<Vec<u8>> = (0..4u64)
+        .map(|i| payload(i, 5000 + 700 * i as usize))
+        .collect();
+    write_log(&RealFs, &path, &records);
+    let clean = std::fs::read(&path).unwrap();
+    let starts = boundaries(&records);
+    for victim in 0..records.len() {
+        for at in [0u64, 3, 4, 7, 8, 100, 4999] {
+            let mut data = clean.clone();
+            data[(starts[victim] + at) as usize] ^= 0x20;
+            let result = scan_log(&data, &path);
+            if victim + 1 < records.len() {
+                let err = result.expect_err("damage before a valid long record");
+                assert_eq!(corruption_offset(&err), Some(starts[victim]));
+            } else {
+                let scan = result.unwrap();
+                assert!(scan.torn_tail);
+                assert_eq!(scan.valid_len, starts[victim]);
+            }
+        }
+    }
+    // A multi-MiB record torn halfway, followed by nothing.
+    let big = payload(5, 3 << 20);
+    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    w.add_record(b"first").unwrap();
+    w.add_record(&big).unwrap();
+    w.sync().unwrap();
+    RealFs
+        .truncate(&path, 13 + 8 + (big.len() as u64) / 2)
+        .unwrap();
+    let c = read_log(&RealFs, &path).unwrap();
+    assert_eq!(c.records, vec![b"first".to_vec()]);
+    assert_eq!(c.valid_len, 13);
+    assert!(c.torn_tail);
+}
