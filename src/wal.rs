@@ -38,9 +38,11 @@
 //! * if no such record exists, everything from `p` on is a torn tail:
 //!   the records before `p` are returned, `valid_len = p`, `torn_tail = true`.
 //!
-//! The search only runs over the bytes after the first damaged record, and
-//! costs time linear in them: short candidates are hashed directly, long ones
-//! are checked in constant time from prefix checksums.
+//! The search only runs over the bytes after the first damaged record. Its
+//! cost is one header check per offset plus, per *candidate* (an offset whose
+//! length field fits in the rest of the file), a direct hash when the length
+//! is at most 1 KiB and a constant-time check from prefix checksums when it is
+//! longer, so a long candidate never costs its length.
 //!
 //! A known, deliberate limit: if the final record is torn and the surviving
 //! part of its payload itself contains a complete, correctly checksummed
