@@ -3,7 +3,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -305,15 +305,18 @@ fn reading_a_missing_log_is_an_io_error_naming_it() {
     }
 }
 
-/// A filesystem whose files fail the n-th append (counted across files).
-#[derive(Debug)]
+/// A filesystem whose files fail the n-th append (counted across files), and
+/// fail every sync while `fail_syncs` is set.
+#[derive(Debug, Default)]
 struct FailingFs {
     appends_left: Arc<AtomicUsize>,
+    fail_syncs: Arc<AtomicBool>,
 }
 
 struct FailingFile {
     inner: Box<dyn WritableFile>,
     appends_left: Arc<AtomicUsize>,
+    fail_syncs: Arc<AtomicBool>,
 }
 
 impl WritableFile for FailingFile {
@@ -328,6 +331,9 @@ impl WritableFile for FailingFile {
         self.inner.append(data)
     }
     fn sync(&mut self) -> io::Result<()> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected sync failure"));
+        }
         self.inner.sync()
     }
 }
@@ -340,12 +346,14 @@ impl FileSystem for FailingFs {
         Ok(Box::new(FailingFile {
             inner: RealFs.create(path)?,
             appends_left: self.appends_left.clone(),
+            fail_syncs: self.fail_syncs.clone(),
         }))
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         Ok(Box::new(FailingFile {
             inner: RealFs.open_append(path)?,
             appends_left: self.appends_left.clone(),
+            fail_syncs: self.fail_syncs.clone(),
         }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -374,6 +382,7 @@ fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
     let path = dir.path().join("f.log");
     let fs = FailingFs {
         appends_left: Arc::new(AtomicUsize::new(3)),
+        ..Default::default()
     };
     let mut w = LogWriter::create(&fs, &path).unwrap();
     // Exactly three appends succeed, so three records means one append each.
@@ -394,6 +403,30 @@ fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
     assert_eq!(c.records.len(), 3);
     assert_eq!(c.valid_len, good_len);
     assert!(c.torn_tail);
+}
+
+#[test]
+fn writer_refuses_after_a_failed_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.log");
+    let fs = FailingFs {
+        appends_left: Arc::new(AtomicUsize::new(usize::MAX)),
+        ..Default::default()
+    };
+    let mut w = LogWriter::create(&fs, &path).unwrap();
+    w.add_record(b"one").unwrap();
+    w.sync().unwrap();
+    w.add_record(b"two").unwrap();
+    fs.fail_syncs.store(true, Ordering::SeqCst);
+    match w.sync() {
+        Err(Error::Io { path: p, .. }) => assert_eq!(p, path),
+        other => panic!("expected Io error, got {other:?}"),
+    }
+    // Even once the device recovers, the writer does not pretend the lost
+    // sync happened.
+    fs.fail_syncs.store(false, Ordering::SeqCst);
+    assert!(matches!(w.sync(), Err(Error::Io { .. })));
+    assert!(matches!(w.add_record(b"three"), Err(Error::Io { .. })));
 }
 
 fn arb_records() -> impl Strategy<Value = Vec<Vec<u8>>> {
