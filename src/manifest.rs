@@ -49,9 +49,9 @@
 //!
 //! # Durability
 //!
-//! [`Manifest::create`] fsyncs the new manifest (with its snapshot) before
-//! `CURRENT` can point at it, and fsyncs the directory after the rename, so
-//! the new manifest's entry and `CURRENT` are durable together.
+//! [`Manifest::create`] fsyncs the new manifest (with its snapshot) and the
+//! directory (its entry) before `CURRENT` can point at it, and fsyncs the
+//! directory again after the rename that replaces `CURRENT`.
 //! [`Manifest::log_edit`] fsyncs each edit before returning. On recovery a
 //! torn last record (a crash during `log_edit`) is dropped — that edit was
 //! never acknowledged — while damage followed by intact records is
@@ -528,15 +528,41 @@ fn write_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result
     fs.sync_dir(dir).map_err(|e| Error::io(dir, e))
 }
 
+/// The manifest number `CURRENT` names, `None` without a `CURRENT` file.
+fn current_manifest_number(fs: &dyn FileSystem, dir: &Path) -> Result<Option<u64>> {
+    let current = dir.join(CURRENT_FILE_NAME);
+    let raw = match fs.read(&current) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&current, e)),
+    };
+    let name = std::str::from_utf8(&raw)
+        .ok()
+        .map(|s| s.strip_suffix('\n').unwrap_or(s));
+    match name.and_then(parse_manifest_file_name) {
+        Some(number) => Ok(Some(number)),
+        None => Err(Error::corruption(
+            &current,
+            Some(0),
+            format!(
+                "CURRENT does not name a manifest (content: {:?})",
+                String::from_utf8_lossy(&raw[..raw.len().min(64)])
+            ),
+        )),
+    }
+}
+
 impl Manifest {
     /// Creates a new manifest file `MANIFEST-{number:06}` in `dir` whose first
-    /// record is a snapshot edit of `state`, syncs it, then points `CURRENT`
-    /// at it (write `CURRENT.tmp`, sync, rename to `CURRENT`, sync the
-    /// directory).
+    /// record is a snapshot edit of `state`, syncs it (and the directory),
+    /// then points `CURRENT` at it (write `CURRENT.tmp`, sync, rename to
+    /// `CURRENT`, sync the directory).
     ///
     /// A `state` that could not be recovered (duplicate file numbers, a level
-    /// `>= MAX_LEVELS`, impossible key or sequence ranges) is
-    /// [`Error::InvalidArgument`] and nothing is written.
+    /// `>= MAX_LEVELS`, impossible key or sequence ranges), or a `number`
+    /// equal to the manifest `CURRENT` names (creating it would truncate the
+    /// live manifest), is [`Error::InvalidArgument`] and nothing is written.
+    /// A damaged `CURRENT` is [`Error::Corruption`].
     pub fn create(
         fs: &dyn FileSystem,
         dir: &Path,
@@ -557,9 +583,19 @@ impl Manifest {
                 encoded.len()
             )));
         }
+        // Creating truncates: reusing the number of the manifest CURRENT
+        // names would destroy it before CURRENT moves on.
+        if current_manifest_number(fs, dir)? == Some(number) {
+            return Err(Error::invalid(format!(
+                "{name} is the current manifest; a new manifest needs a new number"
+            )));
+        }
         let mut writer = LogWriter::create(fs, &path)?;
         writer.add_record(&encoded)?;
         writer.sync()?;
+        // The new file's directory entry must be durable before CURRENT can
+        // name it; POSIX does not order a create before a later rename.
+        fs.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
         write_current(fs, dir, &name)?;
         Ok(Manifest { writer, number })
     }
@@ -575,24 +611,9 @@ impl Manifest {
     /// [`Error::Corruption`] naming the file.
     pub fn recover(fs: &dyn FileSystem, dir: &Path) -> Result<Option<(ManifestState, u64)>> {
         let current = dir.join(CURRENT_FILE_NAME);
-        let raw = match fs.read(&current) {
-            Ok(raw) => raw,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(&current, e)),
+        let Some(number) = current_manifest_number(fs, dir)? else {
+            return Ok(None);
         };
-        let name = std::str::from_utf8(&raw)
-            .ok()
-            .map(|s| s.strip_suffix('\n').unwrap_or(s));
-        let number = name.and_then(parse_manifest_file_name).ok_or_else(|| {
-            Error::corruption(
-                &current,
-                Some(0),
-                format!(
-                    "CURRENT does not name a manifest (content: {:?})",
-                    String::from_utf8_lossy(&raw[..raw.len().min(64)])
-                ),
-            )
-        })?;
         let path: PathBuf = dir.join(manifest_file_name(number));
         let data = match fs.read(&path) {
             Ok(data) => data,

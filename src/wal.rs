@@ -38,8 +38,11 @@
 //! * if no such record exists, everything from `p` on is a torn tail:
 //!   the records before `p` are returned, `valid_len = p`, `torn_tail = true`.
 //!
-//! The search costs one checksum per candidate offset whose length field is
-//! plausible, and it only runs over the bytes after the first damaged record.
+//! The search only runs over the bytes after the first damaged record. Its
+//! cost is one header check per offset plus, per *candidate* (an offset whose
+//! length field fits in the rest of the file), a direct hash when the length
+//! is at most 1 KiB and a constant-time check from prefix checksums when it is
+//! longer, so a long candidate never costs its length.
 //!
 //! A known, deliberate limit: if the final record is torn and the surviving
 //! part of its payload itself contains a complete, correctly checksummed
@@ -272,13 +275,158 @@ fn parse_at(data: &[u8], pos: usize) -> Parsed {
     Parsed::Valid { payload }
 }
 
+/// Candidates with a payload up to this long are checked by hashing them
+/// directly; longer ones through [`SubrangeCrc`], whose cost does not grow
+/// with the length.
+const DIRECT_CHECK_MAX_PAYLOAD: usize = 1024;
+
 /// True when some offset in `from..` starts a complete, checksum-valid record.
+///
+/// Hashing every candidate directly would cost the candidate's length each
+/// time, and in random bytes (compressed or encrypted values) about one
+/// offset in `2^32 / remaining` declares a length that fits, so the work
+/// grows with the cube of the region. Long candidates are instead checked
+/// with prefix checksums in constant time each (see [`SubrangeCrc`]), so
+/// the work grows with the square of the region divided by 2^32. Measured
+/// (`cargo bench --bench wal -- --warm-up-time 1 --measurement-time 3`,
+/// 2 shared cores, load average ~8, criterion estimates from one run): a
+/// 4 MiB random torn tail takes 33 ms against 163 ms for direct hashing
+/// (4.9x); a 32 MiB one takes 0.52 s.
 fn any_valid_record_from(data: &[u8], from: usize) -> bool {
     let last_start = match data.len().checked_sub(RECORD_HEADER_LEN) {
         Some(last) => last,
         None => return false,
     };
-    (from..=last_start).any(|pos| matches!(parse_at(data, pos), Parsed::Valid { .. }))
+    let mut long_checker: Option<SubrangeCrc<'_>> = None;
+    for pos in from..=last_start {
+        let header = &data[pos..pos + RECORD_HEADER_LEN];
+        let stored_crc = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let start = pos + RECORD_HEADER_LEN;
+        if len > MAX_RECORD_PAYLOAD || len > data.len() - start {
+            continue;
+        }
+        // The checksum covers the length field and the payload: the bytes
+        // `pos + 4 .. start + len`, one contiguous range.
+        let covered = pos + 4..start + len;
+        let crc = if len <= DIRECT_CHECK_MAX_PAYLOAD {
+            crc32fast::hash(&data[covered])
+        } else {
+            long_checker
+                .get_or_insert_with(|| SubrangeCrc::new(data, from))
+                .crc(covered)
+        };
+        if crc == stored_crc {
+            return true;
+        }
+    }
+    false
+}
+
+/// The CRC-32 polynomial in reflected bit order.
+const CRC32_POLY_REFLECTED: u32 = 0xEDB8_8320;
+
+/// Product of two polynomials modulo the CRC-32 polynomial, in the reflected
+/// representation CRC-32 uses (bit 31 is `x^0`).
+fn gf2_mul_mod(a: u32, mut b: u32) -> u32 {
+    let mut product = 0u32;
+    // Branch-free: the bits are data-dependent and unpredictable.
+    for bit in (0..32).rev() {
+        product ^= b & ((a >> bit) & 1).wrapping_neg();
+        b = (b >> 1) ^ (CRC32_POLY_REFLECTED & (b & 1).wrapping_neg());
+    }
+    product
+}
+
+/// The raw CRC register after feeding `bytes` to a register holding `state`
+/// (no initial or final inversion).
+fn crc_register_update(state: u32, bytes: &[u8]) -> u32 {
+    // crc32fast's hasher keeps the inverted register, so invert around it.
+    let mut hasher = crc32fast::Hasher::new_with_initial(!state);
+    hasher.update(bytes);
+    !hasher.finalize()
+}
+
+/// Checksums of arbitrary sub-ranges of a buffer, each in time independent
+/// of the range's length.
+///
+/// The CRC register is linear: feeding bytes `m` to a register holding `s`
+/// gives `shift(s, |m|) ^ R(0, m)`, where `shift(s, n)` multiplies `s` by
+/// `x^(8n)` modulo the polynomial (the effect of `n` zero bytes). With the
+/// register `T(i)` after the first `i` bytes (from a zero register),
+/// `R(0, data[a..b]) = T(b) ^ shift(T(a), b - a)`, and the standard CRC-32
+/// (initial register all ones, inverted result) of `data[a..b]` is
+/// `!(T(b) ^ shift(!0 ^ T(a), b - a))`. `T` is stored every
+/// [`Self::STRIDE`] bytes and completed by hashing at most that many bytes;
+/// `x^(8n)` is the product of four table entries, one per byte of `n`.
+struct SubrangeCrc<'a> {
+    data: &'a [u8],
+    base: usize,
+    /// `T` at `base + i * STRIDE`.
+    checkpoints: Vec<u32>,
+    /// `zero_shift[i][v]` = `x^(8 * v * 256^i)` modulo the polynomial.
+    zero_shift: Box<[[u32; 256]; 4]>,
+}
+
+impl<'a> SubrangeCrc<'a> {
+    /// Checkpoint spacing: memory is 1/64 of the scanned bytes, and each
+    /// lookup hashes at most this many bytes.
+    const STRIDE: usize = 256;
+
+    fn new(data: &'a [u8], base: usize) -> SubrangeCrc<'a> {
+        let region = data.get(base..).unwrap_or(&[]);
+        let mut checkpoints = Vec::with_capacity(region.len() / Self::STRIDE + 1);
+        let mut state = 0u32;
+        checkpoints.push(state);
+        for chunk in region.chunks_exact(Self::STRIDE) {
+            state = crc_register_update(state, chunk);
+            checkpoints.push(state);
+        }
+        let mut zero_shift = Box::new([[0u32; 256]; 4]);
+        let mut step = 1u32 << 23; // x^8 (bit 31 is x^0): one zero byte
+        for table in zero_shift.iter_mut() {
+            table[0] = 1 << 31; // x^0
+            for v in 1..256 {
+                table[v] = gf2_mul_mod(table[v - 1], step);
+            }
+            // The next table's step is 256 times this one's.
+            step = gf2_mul_mod(table[255], step);
+        }
+        SubrangeCrc {
+            data,
+            base,
+            checkpoints,
+            zero_shift,
+        }
+    }
+
+    /// The register after the bytes `base..pos` (`base <= pos <= len`).
+    fn register_at(&self, pos: usize) -> u32 {
+        let k = (pos - self.base) / Self::STRIDE;
+        let checkpoint = self.base + k * Self::STRIDE;
+        crc_register_update(self.checkpoints[k], &self.data[checkpoint..pos])
+    }
+
+    /// Multiplies `state` by `x^(8 * bytes)`: the register after feeding
+    /// `bytes` zero bytes (`bytes < 2^32`).
+    fn shift(&self, state: u32, bytes: u32) -> u32 {
+        let mut result = state;
+        for (i, table) in self.zero_shift.iter().enumerate() {
+            let digit = ((bytes >> (8 * i)) & 0xff) as usize;
+            if digit != 0 {
+                result = gf2_mul_mod(table[digit], result);
+            }
+        }
+        result
+    }
+
+    /// Standard CRC-32 of `data[range]`; `range` must lie in `base..`.
+    fn crc(&self, range: Range<usize>) -> u32 {
+        let start = self.register_at(range.start);
+        let end = self.register_at(range.end);
+        // Ranges are at most a record (header + 1 GiB), far below 2^32.
+        !(end ^ self.shift(!0 ^ start, (range.end - range.start) as u32))
+    }
 }
 
 /// Splits the bytes of a log into records without copying payloads.
@@ -353,4 +501,63 @@ pub fn read_log(fs: &dyn FileSystem, path: &Path) -> Result<LogContents> {
         valid_len: scan.valid_len,
         torn_tail: scan.torn_tail,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn subrange_crc_matches_direct_hashing() {
+        let data = bytes(5000, 42);
+        for base in [0usize, 1, 255, 256, 777] {
+            let checker = SubrangeCrc::new(&data, base);
+            let mut seed = base as u64 + 1;
+            for _ in 0..300 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let a = base + (seed >> 33) as usize % (data.len() - base + 1);
+                let b = a + (seed >> 13) as usize % (data.len() - a + 1);
+                assert_eq!(
+                    checker.crc(a..b),
+                    crc32fast::hash(&data[a..b]),
+                    "{base} {a}..{b}"
+                );
+            }
+            assert_eq!(
+                checker.crc(base..data.len()),
+                crc32fast::hash(&data[base..])
+            );
+            assert_eq!(checker.crc(base..base), crc32fast::hash(&[]));
+        }
+    }
+
+    #[test]
+    fn long_candidates_are_found_by_the_scan() {
+        // A damaged record, then a valid record long enough to take the
+        // prefix-checksum path: the scan must find it.
+        let payload = bytes(3 * DIRECT_CHECK_MAX_PAYLOAD + 17, 9);
+        let mut data = vec![0xAB; 40];
+        let len_bytes = (payload.len() as u32).to_le_bytes();
+        data.extend_from_slice(&record_crc(len_bytes, &payload).to_le_bytes());
+        data.extend_from_slice(&len_bytes);
+        data.extend_from_slice(&payload);
+        assert!(any_valid_record_from(&data, 1));
+        let last = data.len() - 1;
+        data[last] ^= 1;
+        assert!(!any_valid_record_from(&data, 1));
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -305,15 +305,18 @@ fn reading_a_missing_log_is_an_io_error_naming_it() {
     }
 }
 
-/// A filesystem whose files fail the n-th append (counted across files).
-#[derive(Debug)]
+/// A filesystem whose files fail the n-th append (counted across files), and
+/// fail every sync while `fail_syncs` is set.
+#[derive(Debug, Default)]
 struct FailingFs {
     appends_left: Arc<AtomicUsize>,
+    fail_syncs: Arc<AtomicBool>,
 }
 
 struct FailingFile {
     inner: Box<dyn WritableFile>,
     appends_left: Arc<AtomicUsize>,
+    fail_syncs: Arc<AtomicBool>,
 }
 
 impl WritableFile for FailingFile {
@@ -328,6 +331,9 @@ impl WritableFile for FailingFile {
         self.inner.append(data)
     }
     fn sync(&mut self) -> io::Result<()> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected sync failure"));
+        }
         self.inner.sync()
     }
 }
@@ -340,12 +346,14 @@ impl FileSystem for FailingFs {
         Ok(Box::new(FailingFile {
             inner: RealFs.create(path)?,
             appends_left: self.appends_left.clone(),
+            fail_syncs: self.fail_syncs.clone(),
         }))
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         Ok(Box::new(FailingFile {
             inner: RealFs.open_append(path)?,
             appends_left: self.appends_left.clone(),
+            fail_syncs: self.fail_syncs.clone(),
         }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -374,6 +382,7 @@ fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
     let path = dir.path().join("f.log");
     let fs = FailingFs {
         appends_left: Arc::new(AtomicUsize::new(3)),
+        ..Default::default()
     };
     let mut w = LogWriter::create(&fs, &path).unwrap();
     // Exactly three appends succeed, so three records means one append each.
@@ -394,6 +403,30 @@ fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
     assert_eq!(c.records.len(), 3);
     assert_eq!(c.valid_len, good_len);
     assert!(c.torn_tail);
+}
+
+#[test]
+fn writer_refuses_after_a_failed_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.log");
+    let fs = FailingFs {
+        appends_left: Arc::new(AtomicUsize::new(usize::MAX)),
+        ..Default::default()
+    };
+    let mut w = LogWriter::create(&fs, &path).unwrap();
+    w.add_record(b"one").unwrap();
+    w.sync().unwrap();
+    w.add_record(b"two").unwrap();
+    fs.fail_syncs.store(true, Ordering::SeqCst);
+    match w.sync() {
+        Err(Error::Io { path: p, .. }) => assert_eq!(p, path),
+        other => panic!("expected Io error, got {other:?}"),
+    }
+    // Even once the device recovers, the writer does not pretend the lost
+    // sync happened.
+    fs.fail_syncs.store(false, Ordering::SeqCst);
+    assert!(matches!(w.sync(), Err(Error::Io { .. })));
+    assert!(matches!(w.add_record(b"three"), Err(Error::Io { .. })));
 }
 
 fn arb_records() -> impl Strategy<Value = Vec<Vec<u8>>> {
@@ -484,4 +517,46 @@ proptest! {
         let err = scan_log(&data, Path::new("p.log")).unwrap_err();
         prop_assert_eq!(corruption_offset(&err), Some(starts[victim]));
     }
+}
+
+#[test]
+fn long_records_take_the_same_torn_and_corrupt_decisions() {
+    // Records longer than the direct-hash limit exercise the prefix-checksum
+    // path of the resync scan.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.log");
+    let records: Vec<Vec<u8>> = (0..4u64)
+        .map(|i| payload(i, 5000 + 700 * i as usize))
+        .collect();
+    write_log(&RealFs, &path, &records);
+    let clean = std::fs::read(&path).unwrap();
+    let starts = boundaries(&records);
+    for victim in 0..records.len() {
+        for at in [0u64, 3, 4, 7, 8, 100, 4999] {
+            let mut data = clean.clone();
+            data[(starts[victim] + at) as usize] ^= 0x20;
+            let result = scan_log(&data, &path);
+            if victim + 1 < records.len() {
+                let err = result.expect_err("damage before a valid long record");
+                assert_eq!(corruption_offset(&err), Some(starts[victim]));
+            } else {
+                let scan = result.unwrap();
+                assert!(scan.torn_tail);
+                assert_eq!(scan.valid_len, starts[victim]);
+            }
+        }
+    }
+    // A multi-MiB record torn halfway, followed by nothing.
+    let big = payload(5, 3 << 20);
+    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    w.add_record(b"first").unwrap();
+    w.add_record(&big).unwrap();
+    w.sync().unwrap();
+    RealFs
+        .truncate(&path, 13 + 8 + (big.len() as u64) / 2)
+        .unwrap();
+    let c = read_log(&RealFs, &path).unwrap();
+    assert_eq!(c.records, vec![b"first".to_vec()]);
+    assert_eq!(c.valid_len, 13);
+    assert!(c.torn_tail);
 }

@@ -1,0 +1,698 @@
+//! Manifest: edit encoding, apply semantics, the manifest log, CURRENT
+//! switching and recovery from damage.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use sievedb::fs::{FileSystem, RealFs};
+use sievedb::manifest::{
+    manifest_file_name, parse_manifest_file_name, Manifest, ManifestState, TableRecord,
+    VersionEdit, CURRENT_FILE_NAME, CURRENT_TEMP_FILE_NAME, MAX_LEVELS,
+};
+use sievedb::wal::{read_log, LogWriter, RECORD_HEADER_LEN};
+use sievedb::Error;
+
+fn table(level: u32, file_number: u64) -> TableRecord {
+    TableRecord {
+        level,
+        file_number,
+        file_size: 4096 + file_number,
+        smallest: format!("key{file_number:04}a").into_bytes(),
+        largest: format!("key{file_number:04}z").into_bytes(),
+        smallest_seq: file_number,
+        largest_seq: file_number * 10,
+    }
+}
+
+fn corruption(err: &Error) -> (PathBuf, Option<u64>) {
+    match err {
+        Error::Corruption { file, offset, .. } => (file.clone(), *offset),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+fn p() -> &'static Path {
+    Path::new("MANIFEST-000001")
+}
+
+#[test]
+fn manifest_file_names() {
+    assert_eq!(manifest_file_name(123), "MANIFEST-000123");
+    assert_eq!(manifest_file_name(1_234_567), "MANIFEST-1234567");
+    assert_eq!(parse_manifest_file_name("MANIFEST-000123"), Some(123));
+    assert_eq!(
+        parse_manifest_file_name("MANIFEST-1234567"),
+        Some(1_234_567)
+    );
+    for bad in [
+        "MANIFEST-",
+        "MANIFEST-12",
+        "MANIFEST-00012a",
+        "MANIFEST-+00012",
+        "manifest-000012",
+        "CURRENT",
+        "MANIFEST-99999999999999999999999",
+    ] {
+        assert_eq!(parse_manifest_file_name(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn empty_edit_encodes_to_nothing_and_back() {
+    let e = VersionEdit::default();
+    assert!(e.encode().is_empty());
+    assert_eq!(VersionEdit::decode(&[], p(), 0).unwrap(), e);
+}
+
+#[test]
+fn decode_rejects_damage_with_typed_errors_and_offsets() {
+    let full = VersionEdit {
+        added: vec![table(1, 7)],
+        removed: vec![(0, 3)],
+        next_file_number: Some(9),
+        last_sequence: Some(70),
+        log_number: Some(5),
+    };
+    let bytes = full.encode();
+    assert_eq!(VersionEdit::decode(&bytes, p(), 0).unwrap(), full);
+
+    // Every cut that lands inside a field is corruption; cuts at field
+    // boundaries decode to a prefix of the fields.
+    let mut boundary_cuts = 0;
+    for cut in 0..bytes.len() {
+        match VersionEdit::decode(&bytes[..cut], p(), 100) {
+            Ok(_) => boundary_cuts += 1,
+            Err(e) => {
+                let (file, offset) = corruption(&e);
+                assert_eq!(file, p());
+                let offset = offset.expect("offset");
+                assert!((100..100 + bytes.len() as u64).contains(&offset));
+            }
+        }
+    }
+    // Fields start at 0 and after each of the 3 counters and the removal.
+    assert_eq!(boundary_cuts, 5);
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("unknown tag", vec![6, 1]),
+        ("zero tag", vec![0]),
+        (
+            "overlong varint",
+            vec![
+                1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        ),
+        (
+            "overflowing varint",
+            vec![
+                1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+            ],
+        ),
+        ("repeated counter", vec![1, 5, 1, 6]),
+        ("level too high", vec![4, MAX_LEVELS as u8, 1]),
+        ("key runs past end", vec![5, 0, 1, 1, 50, b'a']),
+        (
+            "huge key length",
+            vec![
+                5, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+        ),
+        ("sequence above 2^56-1", {
+            let mut v = vec![2];
+            v.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+            v
+        }),
+    ];
+    for (what, bytes) in cases {
+        let err = VersionEdit::decode(&bytes, p(), 0).expect_err(what);
+        assert!(err.is_corruption(), "{what}: {err:?}");
+    }
+
+    let mut inverted = table(0, 1);
+    std::mem::swap(&mut inverted.smallest, &mut inverted.largest);
+    let bad_keys = VersionEdit {
+        added: vec![inverted],
+        ..Default::default()
+    }
+    .encode();
+    assert!(VersionEdit::decode(&bad_keys, p(), 0)
+        .unwrap_err()
+        .is_corruption());
+    let mut inverted = table(0, 1);
+    inverted.smallest_seq = inverted.largest_seq + 1;
+    let bad_seqs = VersionEdit {
+        added: vec![inverted],
+        ..Default::default()
+    }
+    .encode();
+    assert!(VersionEdit::decode(&bad_seqs, p(), 0)
+        .unwrap_err()
+        .is_corruption());
+}
+
+#[test]
+fn validate_rejects_what_decode_would_reject() {
+    assert!(VersionEdit::default().validate().is_ok());
+    let mut t = table(MAX_LEVELS, 1);
+    let e = VersionEdit {
+        added: vec![t.clone()],
+        ..Default::default()
+    };
+    assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
+    t.level = 0;
+    t.smallest_seq = t.largest_seq + 1;
+    let e = VersionEdit {
+        added: vec![t],
+        ..Default::default()
+    };
+    assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
+    let e = VersionEdit {
+        removed: vec![(MAX_LEVELS, 1)],
+        ..Default::default()
+    };
+    assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
+    let e = VersionEdit {
+        last_sequence: Some(1 << 56),
+        ..Default::default()
+    };
+    assert!(matches!(e.validate(), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn apply_adds_removes_moves_and_sets_counters() {
+    let mut s = ManifestState::default();
+    s.apply(
+        &VersionEdit {
+            added: vec![table(0, 1), table(0, 2), table(2, 3)],
+            next_file_number: Some(4),
+            last_sequence: Some(30),
+            log_number: Some(1),
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
+    assert_eq!(s.levels.len(), 3);
+    assert_eq!(s.level(0), &[table(0, 1), table(0, 2)]);
+    assert!(s.level(1).is_empty());
+    assert_eq!(s.level(2), &[table(2, 3)]);
+    assert!(s.level(40).is_empty());
+    assert_eq!(
+        (s.next_file_number, s.last_sequence, s.log_number),
+        (4, 30, 1)
+    );
+    assert_eq!(s.table_count(), 3);
+
+    // Counters left as None keep their values; a compaction moves 1 and 2
+    // into level 1 as table 4, and a trivial move re-adds 3 at level 3.
+    s.apply(
+        &VersionEdit {
+            added: vec![table(1, 4), table(3, 3)],
+            removed: vec![(0, 1), (0, 2), (2, 3)],
+            next_file_number: Some(5),
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
+    assert!(s.level(0).is_empty());
+    assert_eq!(s.level(1), &[table(1, 4)]);
+    assert!(s.level(2).is_empty());
+    assert_eq!(s.level(3), &[table(3, 3)]);
+    assert_eq!(
+        (s.next_file_number, s.last_sequence, s.log_number),
+        (5, 30, 1)
+    );
+
+    // Insertion order is kept within a level.
+    s.apply(
+        &VersionEdit {
+            added: vec![table(1, 9), table(1, 6)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
+    let order: Vec<u64> = s.level(1).iter().map(|t| t.file_number).collect();
+    assert_eq!(order, vec![4, 9, 6]);
+}
+
+#[test]
+fn apply_rejects_impossible_edits_and_leaves_state_unchanged() {
+    let mut s = ManifestState::default();
+    s.apply(
+        &VersionEdit {
+            added: vec![table(0, 1), table(1, 2)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
+    let before = s.clone();
+    let bad = [
+        (
+            "remove absent",
+            VersionEdit {
+                removed: vec![(0, 99)],
+                ..Default::default()
+            },
+        ),
+        (
+            "remove at wrong level",
+            VersionEdit {
+                removed: vec![(1, 1)],
+                ..Default::default()
+            },
+        ),
+        (
+            "remove twice",
+            VersionEdit {
+                removed: vec![(0, 1), (0, 1)],
+                ..Default::default()
+            },
+        ),
+        (
+            "add duplicate of live",
+            VersionEdit {
+                added: vec![table(3, 2)],
+                ..Default::default()
+            },
+        ),
+        (
+            "add twice in one edit",
+            VersionEdit {
+                added: vec![table(0, 5), table(1, 5)],
+                ..Default::default()
+            },
+        ),
+        (
+            "level too high",
+            VersionEdit {
+                added: vec![table(MAX_LEVELS, 6)],
+                ..Default::default()
+            },
+        ),
+        (
+            "valid part then invalid part",
+            VersionEdit {
+                added: vec![table(0, 7)],
+                removed: vec![(0, 1), (0, 42)],
+                next_file_number: Some(100),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (what, edit) in bad {
+        let err = s.apply(&edit, p()).expect_err(what);
+        let (file, _) = corruption(&err);
+        assert_eq!(file, p(), "{what}");
+        assert_eq!(s, before, "{what}: state changed");
+        assert_eq!(s.levels, before.levels, "{what}: levels changed");
+    }
+}
+
+#[test]
+fn state_equality_ignores_trailing_empty_levels_only() {
+    let mut a = ManifestState::default();
+    a.apply(
+        &VersionEdit {
+            added: vec![table(2, 1)],
+            ..Default::default()
+        },
+        p(),
+    )
+    .unwrap();
+    let mut b = a.clone();
+    b.levels.push(Vec::new());
+    assert_eq!(a, b);
+    b.levels[1].push(table(1, 2));
+    assert_ne!(a, b);
+    let mut c = a.clone();
+    c.log_number = 3;
+    assert_ne!(a, c);
+}
+
+/// Builds the edits of a small engine history (flushes into level 0, and
+/// every fourth flush a compaction of level 0 into level 1) and the state
+/// they produce.
+fn history() -> (ManifestState, Vec<VersionEdit>) {
+    let mut edits = Vec::new();
+    let mut next = 10u64;
+    let mut seq = 0u64;
+    let mut level0: Vec<u64> = Vec::new();
+    for round in 0..20u64 {
+        let mut e = VersionEdit::default();
+        e.added.push(table(0, next));
+        level0.push(next);
+        seq += 100;
+        e.last_sequence = Some(seq);
+        e.log_number = Some(next + 1);
+        next += 2;
+        if round % 4 == 3 {
+            // The compaction's own edit: all of level 0 into one level-1 table.
+            edits.push(e);
+            e = VersionEdit::default();
+            e.removed = level0.drain(..).map(|n| (0, n)).collect();
+            e.added.push(table(1, next));
+            next += 1;
+        }
+        e.next_file_number = Some(next);
+        edits.push(e);
+    }
+    let mut state = ManifestState::default();
+    for e in &edits {
+        state.apply(e, p()).unwrap();
+    }
+    (state, edits)
+}
+
+#[test]
+fn create_log_edits_recover_gives_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        Manifest::recover(&RealFs, dir.path()).unwrap().is_none(),
+        "new database"
+    );
+
+    let (expected, edits) = history();
+    assert!(expected.table_count() > 3);
+    let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    assert_eq!(m.number(), 1);
+    assert_eq!(m.path(), dir.path().join("MANIFEST-000001"));
+    for e in &edits {
+        let before = m.file_size();
+        m.log_edit(e).unwrap();
+        assert!(m.file_size() > before);
+    }
+    let on_disk = std::fs::metadata(dir.path().join("MANIFEST-000001"))
+        .unwrap()
+        .len();
+    assert_eq!(m.file_size(), on_disk);
+
+    let (state, number) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+    assert_eq!(number, 1);
+    assert_eq!(state, expected);
+    assert_eq!(state.levels, expected.levels);
+    let current = std::fs::read_to_string(dir.path().join(CURRENT_FILE_NAME)).unwrap();
+    assert_eq!(current, "MANIFEST-000001\n");
+    assert!(!dir.path().join(CURRENT_TEMP_FILE_NAME).exists());
+}
+
+#[test]
+fn current_switches_to_the_newest_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, edits) = history();
+    let mut first = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    for e in &edits[..10] {
+        first.log_edit(e).unwrap();
+    }
+    let (mid, n) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+    assert_eq!(n, 1);
+    // Reopen: a fresh manifest from the recovered state, then more edits.
+    let mut second = Manifest::create(&RealFs, dir.path(), mid.next_file_number, &mid).unwrap();
+    assert_eq!(second.number(), mid.next_file_number);
+    for e in &edits[10..] {
+        second.log_edit(e).unwrap();
+    }
+    // The old manifest is still there but CURRENT names the new one.
+    assert!(dir.path().join(manifest_file_name(1)).exists());
+    let (recovered, n) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+    assert_eq!(n, mid.next_file_number);
+    assert_eq!(recovered, state);
+    // The new manifest starts with a single snapshot record.
+    let log = read_log(&RealFs, second.path()).unwrap();
+    assert_eq!(log.records.len(), 1 + edits.len() - 10);
+    let snap = VersionEdit::decode(&log.records[0], second.path(), 0).unwrap();
+    assert_eq!(snap, mid.snapshot_edit());
+    // Removing the old manifest does not matter to recovery.
+    RealFs
+        .remove_file(&dir.path().join(manifest_file_name(1)))
+        .unwrap();
+    assert_eq!(
+        Manifest::recover(&RealFs, dir.path()).unwrap().unwrap().0,
+        state
+    );
+}
+
+#[test]
+fn damaged_current_or_missing_manifest_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    Manifest::create(&RealFs, dir.path(), 3, &history().0).unwrap();
+    let current = dir.path().join(CURRENT_FILE_NAME);
+    for bad in [
+        &b""[..],
+        b"\n",
+        b"garbage",
+        b"MANIFEST-3\n",
+        b"MANIFEST-00000x\n",
+        b"MANIFEST-000003\n\n",
+        b"MANIFEST-000003 \n",
+        b"../MANIFEST-000003\n",
+        b"\xff\xfe\n",
+    ] {
+        std::fs::write(&current, bad).unwrap();
+        let err = Manifest::recover(&RealFs, dir.path()).unwrap_err();
+        let (file, _) = corruption(&err);
+        assert_eq!(file, current, "{bad:?}");
+    }
+    // A CURRENT without the trailing newline is still understood.
+    std::fs::write(&current, b"MANIFEST-000003").unwrap();
+    assert!(Manifest::recover(&RealFs, dir.path()).unwrap().is_some());
+    // Naming a manifest that does not exist.
+    std::fs::write(&current, b"MANIFEST-000004\n").unwrap();
+    let err = Manifest::recover(&RealFs, dir.path()).unwrap_err();
+    assert!(err.is_corruption());
+    assert!(err.to_string().contains("MANIFEST-000004"), "{err}");
+}
+
+#[test]
+fn a_corrupt_middle_edit_is_corruption_naming_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, edits) = history();
+    let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    let mut offsets = Vec::new();
+    for e in &edits {
+        offsets.push(m.file_size());
+        m.log_edit(e).unwrap();
+    }
+    let path = m.path().to_path_buf();
+    let clean = std::fs::read(&path).unwrap();
+    let victim = offsets[5];
+    let mut data = clean.clone();
+    data[victim as usize + RECORD_HEADER_LEN + 2] ^= 0x40;
+    std::fs::write(&path, &data).unwrap();
+    let err = Manifest::recover(&RealFs, dir.path()).unwrap_err();
+    assert_eq!(corruption(&err), (path.clone(), Some(victim)));
+}
+
+#[test]
+fn a_torn_last_edit_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, edits) = history();
+    let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    for e in &edits[..edits.len() - 1] {
+        m.log_edit(e).unwrap();
+    }
+    let before_last = m.file_size();
+    m.log_edit(edits.last().unwrap()).unwrap();
+    let full = m.file_size();
+    let path = m.path().to_path_buf();
+    drop(m);
+    let mut expected = ManifestState::default();
+    for e in &edits[..edits.len() - 1] {
+        expected.apply(e, p()).unwrap();
+    }
+    for cut in before_last + 1..full {
+        RealFs.truncate(&path, cut).unwrap();
+        let (state, _) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+        assert_eq!(state, expected, "cut at {cut}");
+    }
+    // Zeros after the last complete edit are a torn tail too.
+    RealFs.truncate(&path, before_last).unwrap();
+    let mut f = RealFs.open_append(&path).unwrap();
+    f.append(&[0u8; 64]).unwrap();
+    drop(f);
+    let (state, _) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+    assert_eq!(state, expected);
+}
+
+#[test]
+fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = manifest_file_name(2);
+    let path = dir.path().join(&name);
+    std::fs::write(dir.path().join(CURRENT_FILE_NAME), format!("{name}\n")).unwrap();
+    let snapshot = ManifestState::default().snapshot_edit();
+
+    // Empty manifest (no snapshot record at all).
+    LogWriter::create(&RealFs, &path).unwrap();
+    assert_eq!(
+        corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()).0,
+        path
+    );
+
+    // First record is not a snapshot.
+    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    w.add_record(
+        &VersionEdit {
+            added: vec![table(0, 1)],
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
+    assert_eq!(
+        corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()),
+        (path.clone(), Some(0))
+    );
+
+    // An edit that removes a table that is not live.
+    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    w.add_record(&snapshot.encode()).unwrap();
+    let second = w.len();
+    w.add_record(
+        &VersionEdit {
+            removed: vec![(0, 77)],
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
+    w.add_record(
+        &VersionEdit {
+            log_number: Some(3),
+            ..Default::default()
+        }
+        .encode(),
+    )
+    .unwrap();
+    assert_eq!(
+        corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()),
+        (path.clone(), Some(second))
+    );
+
+    // A record with a valid checksum but an undecodable payload.
+    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    w.add_record(&snapshot.encode()).unwrap();
+    let second = w.len();
+    w.add_record(&[9, 9, 9]).unwrap();
+    let (file, offset) = corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err());
+    assert_eq!(file, path);
+    assert_eq!(offset, Some(second + RECORD_HEADER_LEN as u64));
+}
+
+#[test]
+fn create_and_log_edit_reject_unrecoverable_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let dup = ManifestState {
+        levels: vec![vec![table(0, 1)], vec![table(1, 1)]],
+        ..Default::default()
+    };
+    let err = Manifest::create(&RealFs, dir.path(), 1, &dup).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        RealFs.list_dir(dir.path()).unwrap().is_empty(),
+        "nothing written"
+    );
+
+    let mut m = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap();
+    // Reusing the live manifest's number would truncate it.
+    let err = Manifest::create(&RealFs, dir.path(), 1, &ManifestState::default()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let size = m.file_size();
+    let bad = VersionEdit {
+        added: vec![table(MAX_LEVELS + 1, 5)],
+        ..Default::default()
+    };
+    assert!(matches!(m.log_edit(&bad), Err(Error::InvalidArgument(_))));
+    assert_eq!(m.file_size(), size);
+    m.log_edit(&VersionEdit {
+        added: vec![table(0, 5)],
+        ..Default::default()
+    })
+    .unwrap();
+    let (state, _) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+    assert_eq!(state.level(0), &[table(0, 5)]);
+}
+
+fn arb_table() -> impl Strategy<Value = TableRecord> {
+    (
+        0..MAX_LEVELS,
+        any::<u64>(),
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..20),
+        prop::collection::vec(any::<u8>(), 0..20),
+        0..=sievedb::key::MAX_SEQUENCE,
+        0..=sievedb::key::MAX_SEQUENCE,
+    )
+        .prop_map(
+            |(level, file_number, file_size, a, b, s1, s2)| TableRecord {
+                level,
+                file_number,
+                file_size,
+                smallest: a.clone().min(b.clone()),
+                largest: a.max(b),
+                smallest_seq: s1.min(s2),
+                largest_seq: s1.max(s2),
+            },
+        )
+}
+
+fn arb_edit() -> impl Strategy<Value = VersionEdit> {
+    (
+        prop::collection::vec(arb_table(), 0..6),
+        prop::collection::vec((0..MAX_LEVELS, any::<u64>()), 0..6),
+        prop::option::of(any::<u64>()),
+        prop::option::of(0..=sievedb::key::MAX_SEQUENCE),
+        prop::option::of(any::<u64>()),
+    )
+        .prop_map(
+            |(added, removed, next_file_number, last_sequence, log_number)| VersionEdit {
+                added,
+                removed,
+                next_file_number,
+                last_sequence,
+                log_number,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn edits_round_trip(edit in arb_edit()) {
+        prop_assert!(edit.validate().is_ok());
+        let bytes = edit.encode();
+        prop_assert_eq!(VersionEdit::decode(&bytes, p(), 0).unwrap(), edit);
+    }
+
+    #[test]
+    fn decoding_arbitrary_or_damaged_bytes_never_panics(
+        edit in arb_edit(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        junk in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let mut bytes = edit.encode();
+        if !bytes.is_empty() {
+            for (at, x) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= x;
+            }
+        }
+        for input in [&bytes[..], &junk[..]] {
+            match VersionEdit::decode(input, p(), 0) {
+                Ok(decoded) => {
+                    // Whatever decodes is a well-formed edit; applying it
+                    // either works or is a typed error.
+                    prop_assert!(decoded.validate().is_ok());
+                    let mut state = ManifestState::default();
+                    if let Err(e) = state.apply(&decoded, p()) {
+                        prop_assert!(e.is_corruption());
+                    }
+                }
+                Err(e) => prop_assert!(e.is_corruption()),
+            }
+        }
+    }
+}
