@@ -54,7 +54,10 @@ fn main() -> sievedb::Result<()> {
         let start = Instant::now();
         let value = [7u8; 64];
         for i in 0..keys {
-            db.put(format!("key{:010}", i.wrapping_mul(0x9e37_79b9) % keys), value)?;
+            db.put(
+                format!("key{:010}", i.wrapping_mul(0x9e37_79b9) % keys),
+                value,
+            )?;
         }
         let mut rng = Rng(42);
         let hot = keys / 20;

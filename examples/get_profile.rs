@@ -5,7 +5,9 @@ fn main() {
     let mut opts = Options::default();
     opts.track_hot_keys = std::env::args().any(|a| a == "--hot");
     let db = Db::open(dir.path(), opts).unwrap();
-    let keys: Vec<Vec<u8>> = (0..400_000u64).map(|i| format!("key{:013}", i).into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..400_000u64)
+        .map(|i| format!("key{:013}", i).into_bytes())
+        .collect();
     for k in keys.iter().step_by(2) {
         db.put(k, [7u8; 100]).unwrap();
     }
@@ -22,5 +24,14 @@ fn main() {
         }
     }
     let n = 10 * keys.len() as u64 / 2 / 3;
-    eprintln!("{} gets, found {found}, {:.0} ns/get, stats {:?}", n, start.elapsed().as_nanos() as f64 / n as f64, db.stats().levels.iter().map(|l| l.tables).collect::<Vec<_>>());
+    eprintln!(
+        "{} gets, found {found}, {:.0} ns/get, stats {:?}",
+        n,
+        start.elapsed().as_nanos() as f64 / n as f64,
+        db.stats()
+            .levels
+            .iter()
+            .map(|l| l.tables)
+            .collect::<Vec<_>>()
+    );
 }

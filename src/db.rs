@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::{Condvar, Mutex};
 
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
@@ -106,7 +107,11 @@ pub(crate) struct DbInner {
     pub(crate) counters: Arc<ReadCounters>,
     pub(crate) engine: EngineCounters,
     visible_seq: AtomicU64,
-    sv: RwLock<Arc<SuperVersion>>,
+    /// The current super version: readers load it without locking.
+    sv: ArcSwap<SuperVersion>,
+    /// Serialises super-version updates (memtable switch, flush and
+    /// compaction installs), each a read-modify-write of `sv`.
+    sv_update: Mutex<()>,
     writer: Mutex<WriterState>,
     pub(crate) bg: Mutex<BgState>,
     /// Wakes the background threads (new frozen memtable, new level-0
@@ -313,7 +318,8 @@ impl Db {
             counters,
             engine: EngineCounters::default(),
             visible_seq: AtomicU64::new(last_seq),
-            sv: RwLock::new(Arc::new(sv)),
+            sv: ArcSwap::from_pointee(sv),
+            sv_update: Mutex::new(()),
             writer: Mutex::new(WriterState { wal, mem, last_seq }),
             bg: Mutex::new(BgState {
                 manifest,
@@ -614,13 +620,19 @@ fn write_level0_table(
 
 impl DbInner {
     pub(crate) fn current(&self) -> Arc<SuperVersion> {
-        Arc::clone(&self.sv.read())
+        self.sv.load_full()
+    }
+
+    /// Replaces the super version with one built from the current one.
+    fn update_sv(&self, f: impl FnOnce(&SuperVersion) -> SuperVersion) {
+        let _serial = self.sv_update.lock();
+        let cur = self.sv.load_full();
+        self.sv.store(Arc::new(f(&cur)));
     }
 
     /// Swaps in a new table set built from the current one.
     pub(crate) fn install_version(&self, f: impl FnOnce(&Version) -> Version) {
-        let mut sv = self.sv.write();
-        *sv = Arc::new(SuperVersion {
+        self.update_sv(|sv| SuperVersion {
             mem: Arc::clone(&sv.mem),
             imms: sv.imms.clone(),
             version: Arc::new(f(&sv.version)),
@@ -763,17 +775,16 @@ impl DbInner {
             }
         };
         let mem = Arc::new(Memtable::new(number));
-        {
-            let mut sv = self.sv.write();
+        self.update_sv(|sv| {
             let mut imms = Vec::with_capacity(sv.imms.len() + 1);
             imms.push(Arc::clone(&w.mem));
             imms.extend(sv.imms.iter().cloned());
-            *sv = Arc::new(SuperVersion {
+            SuperVersion {
                 mem: Arc::clone(&mem),
                 imms,
                 version: Arc::clone(&sv.version),
-            });
-        }
+            }
+        });
         w.wal = wal;
         w.mem = mem;
         let _bg = self.bg.lock();
@@ -792,9 +803,13 @@ impl DbInner {
                 hot.observe_hash(key, hash);
             }
         }
-        let sv = self.current();
+        // A short-lived guard: no reference-count traffic on the hot path.
+        let sv = self.sv.load();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            if mem.is_empty() {
+                continue;
+            }
             match mem.get(key, snapshot) {
                 Some(MemLookup::Value(v)) => return Ok(Some(v)),
                 Some(MemLookup::Deleted) => return Ok(None),
@@ -915,16 +930,14 @@ impl DbInner {
             bg.manifest.log_edit(&edit)?;
             let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
             bg.mstate.apply(&edit, &manifest_path)?;
-            let mut sv = self.sv.write();
-            let imms = sv
-                .imms
-                .iter()
-                .filter(|m| !Arc::ptr_eq(m, imm))
-                .cloned()
-                .collect();
-            *sv = Arc::new(SuperVersion {
+            self.update_sv(|sv| SuperVersion {
                 mem: Arc::clone(&sv.mem),
-                imms,
+                imms: sv
+                    .imms
+                    .iter()
+                    .filter(|m| !Arc::ptr_eq(m, imm))
+                    .cloned()
+                    .collect(),
                 version: Arc::new(sv.version.apply(&[], added)),
             });
         }
