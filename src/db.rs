@@ -966,8 +966,10 @@ impl DbInner {
         }
         stats.distinct_keys = all.estimate();
         for tables in &sv.version.levels {
-            let mut level = LevelStats::default();
-            level.distinct_keys = Version::union_sketch(tables).estimate();
+            let mut level = LevelStats {
+                distinct_keys: Version::union_sketch(tables).estimate(),
+                ..LevelStats::default()
+            };
             for t in tables {
                 let meta = t.table.meta();
                 level.tables += 1;
