@@ -18,9 +18,11 @@ fn key(i: u64) -> Vec<u8> {
 
 fn load(track_hot_keys: bool) -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = Options::default();
-    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
-    opts.track_hot_keys = track_hot_keys;
+    let opts = Options {
+        filter_policy: Arc::new(BloomPolicy::new(10.0)),
+        track_hot_keys,
+        ..Options::default()
+    };
     let db = Db::open(dir.path(), opts).expect("open");
     for i in 0..KEYS {
         db.put(key(i * 2), [7u8; 100]).expect("put");

@@ -45,11 +45,13 @@ fn main() -> sievedb::Result<()> {
             path: std::env::temp_dir(),
             source: e,
         })?;
-        let mut opts = Options::default();
-        opts.memtable_bytes = 1 << 20;
-        opts.level1_bytes = 4 << 20;
-        opts.table_bytes = 512 << 10;
-        opts.compaction_pick = pick;
+        let opts = Options {
+            memtable_bytes: 1 << 20,
+            level1_bytes: 4 << 20,
+            table_bytes: 512 << 10,
+            compaction_pick: pick,
+            ..Options::default()
+        };
         let db = Db::open(dir.path(), opts)?;
         let start = Instant::now();
         let value = [7u8; 64];

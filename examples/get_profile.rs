@@ -2,8 +2,10 @@
 use sievedb::{Db, Options};
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = Options::default();
-    opts.track_hot_keys = std::env::args().any(|a| a == "--hot");
+    let opts = Options {
+        track_hot_keys: std::env::args().any(|a| a == "--hot"),
+        ..Options::default()
+    };
     let db = Db::open(dir.path(), opts).unwrap();
     let keys: Vec<Vec<u8>> = (0..400_000u64)
         .map(|i| format!("key{:013}", i).into_bytes())
