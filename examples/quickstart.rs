@@ -15,9 +15,11 @@ fn main() -> Result<()> {
     })?;
 
     // 1. Open with the default blocked Bloom filter (10 bits/key).
-    let mut opts = Options::default();
-    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
-    opts.memtable_bytes = 1 << 20;
+    let mut opts = Options {
+        filter_policy: Arc::new(BloomPolicy::new(10.0)),
+        memtable_bytes: 1 << 20,
+        ..Options::default()
+    };
     let db = Db::open(dir.path(), opts.clone())?;
 
     db.put(b"apple", b"red")?;

@@ -259,9 +259,11 @@ fn concurrent_readers_never_see_torn_batches_or_miss_acknowledged_keys() {
 #[test]
 fn misuse_gets_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = Options::default();
-    opts.max_key_bytes = 100;
-    opts.max_value_bytes = 1000;
+    let opts = Options {
+        max_key_bytes: 100,
+        max_value_bytes: 1000,
+        ..Options::default()
+    };
     let db = Db::open(dir.path(), opts.clone()).unwrap();
     assert!(matches!(db.put(b"", b"v"), Err(Error::InvalidArgument(_))));
     assert!(matches!(
@@ -300,8 +302,10 @@ fn misuse_gets_typed_errors() {
     ));
 
     // Bad options.
-    let mut bad = Options::default();
-    bad.block_bytes = 0;
+    let bad = Options {
+        block_bytes: 0,
+        ..Options::default()
+    };
     let other = tempfile::tempdir().unwrap();
     assert!(matches!(
         Db::open(other.path(), bad),

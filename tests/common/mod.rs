@@ -18,13 +18,14 @@ pub fn policies() -> Vec<Arc<dyn FilterPolicy>> {
 /// Options with small memtables and levels so flushes and compactions
 /// happen constantly in tests.
 pub fn small_options() -> Options {
-    let mut opts = Options::default();
-    opts.memtable_bytes = 64 << 10;
-    opts.level1_bytes = 256 << 10;
-    opts.table_bytes = 64 << 10;
-    opts.level0_compaction_trigger = 4;
-    opts.level0_stop_writes = 12;
-    opts
+    Options {
+        memtable_bytes: 64 << 10,
+        level1_bytes: 256 << 10,
+        table_bytes: 64 << 10,
+        level0_compaction_trigger: 4,
+        level0_stop_writes: 12,
+        ..Options::default()
+    }
 }
 
 /// A deterministic pseudo-random generator (splitmix64) for tests.
