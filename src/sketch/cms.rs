@@ -3,7 +3,7 @@
 //! # Structure
 //!
 //! `depth` rows of `width` saturating `u64` counters. An item with key hash
-//! `h` (from [`key_hash`](crate::filter::key_hash)) touches one counter per
+//! `h` (from [`key_hash`]) touches one counter per
 //! row, chosen by Kirsch–Mitzenmacher double hashing on the one 64-bit hash:
 //!
 //! ```text
