@@ -3,7 +3,7 @@
 //! # Structure
 //!
 //! `depth` rows of `width` saturating `u64` counters. An item with key hash
-//! `h` (from [`key_hash`](crate::filter::key_hash)) touches one counter per
+//! `h` (from [`key_hash`]) touches one counter per
 //! row, chosen by Kirsch–Mitzenmacher double hashing on the one 64-bit hash:
 //!
 //! ```text
@@ -278,15 +278,21 @@ impl CountMinSketch {
                 }
             }
             UpdateMode::Conservative => {
+                let mut cells = [0usize; MAX_DEPTH as usize];
+                let cells = &mut cells[..self.depth as usize];
                 let mut current = u64::MAX;
-                for row in 0..self.depth {
-                    current = current.min(self.counters[self.cell(probe, row)]);
+                for (row, cell) in cells.iter_mut().enumerate() {
+                    *cell = self.cell(probe, row as u32);
+                    current = current.min(self.counters[*cell]);
                 }
                 estimate = current.saturating_add(count);
-                for row in 0..self.depth {
-                    let cell = self.cell(probe, row);
+                for &cell in cells.iter() {
                     let counter = &mut self.counters[cell];
-                    *counter = (*counter).max(estimate);
+                    // Only the rows at the minimum usually need raising;
+                    // skipping the other stores keeps their lines clean.
+                    if *counter < estimate {
+                        *counter = estimate;
+                    }
                 }
             }
         }

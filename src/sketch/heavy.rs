@@ -21,6 +21,21 @@
 //! share their sketch counters anyway; of such a pair only the first to enter
 //! the list is tracked.
 //!
+//! # Why `2k` candidates find the top `k`
+//!
+//! Without aging: suppose the `k`-th and `(k+1)`-th true counts differ by
+//! more than the overcount `err` of every item's estimate, and a true
+//! top-`k` item `x` is missing from the list at the end. Either `x` was
+//! turned away at its last observation (the list was full and every stored
+//! count was at least `estimate(x) >= f(x)`), or it was evicted later as the
+//! minimum (every stored count was at least its stored `estimate(x) >=
+//! f(x)`). Stored counts only grow and an eviction replaces the minimum with
+//! a larger count, so the smallest stored count never decreases: at the end
+//! `2k` items have stored counts, hence estimates, `>= f(x)`, and true counts
+//! `>= f(x) - err > f(k+1)`. All `2k` would be in the true top `k`, a
+//! contradiction. With every true top-`k` item in
+//! the list, `top` ranks by estimates and returns exactly the true top `k`.
+//!
 //! This structure lives in memory only; it has no on-disk format.
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //!
 //! # Hash bits
 //!
-//! An item is hashed once with [`key_hash`](crate::filter::key_hash) (64 bits).
+//! An item is hashed once with [`key_hash`] (64 bits).
 //! At precision `p` (`m = 2^p` registers, `q = 64 - p`):
 //!
 //! * the top `p` bits are the register index;
