@@ -133,7 +133,7 @@ fn aging_halves_every_counter_each_period() {
     for (i, &rank) in stream.iter().enumerate() {
         sketch.add(&rank_key(rank as usize), 1);
         aged_truth[rank as usize] += 1;
-        if (i as u64 + 1) % period == 0 {
+        if (i as u64 + 1).is_multiple_of(period) {
             aged_truth.iter_mut().for_each(|c| *c /= 2);
         }
     }
