@@ -382,11 +382,19 @@ impl RibbonLayout {
 /// Slot overhead (slots / keys - 1) a shard of `num_keys` keys is built
 /// with, chosen from measurement (`cargo run --release --example
 /// ribbon_overhead`, see docs/filters-ribbon.md) so that about 1 seed in 20
-/// fails. Rounding up to whole 128-slot blocks comes on top.
+/// fails. The slot count is then rounded to the nearest whole 128-slot block
+/// (nearest rather than up, so rounding adds nothing on average).
 pub fn overhead_for_keys(num_keys: usize) -> f64 {
     // (log2 keys, overhead) points, linear in log2(keys) between them; past
     // the last point +0.38% per doubling (RocksDB's growth rate).
-    const POINTS: [(f64, f64); 4] = [(10.0, 0.010), (12.0, 0.015), (13.0, 0.020), (17.0, 0.036)];
+    const POINTS: [(f64, f64); 6] = [
+        (10.0, 0.022),
+        (12.0, 0.022),
+        (13.0, 0.0235),
+        (15.0, 0.0295),
+        (17.0, 0.032),
+        (20.0, 0.039),
+    ];
     let x = (num_keys.max(1) as f64).log2();
     if x <= POINTS[0].0 {
         return POINTS[0].1;
@@ -531,7 +539,10 @@ impl RibbonPolicy {
                 fell_back_to_bloom: true,
                 ..outcome
             };
-            (bloom::build_bloom(key_hashes, self.bloom_bits_per_key), outcome)
+            (
+                bloom::build_bloom(key_hashes, self.bloom_bits_per_key),
+                outcome,
+            )
         };
         let n = key_hashes.len();
         let overhead_of = |keys: usize| {
@@ -542,7 +553,8 @@ impl RibbonPolicy {
                 0.0
             }
         };
-        if n == 0 || (n as f64 * (1.0 + overhead_of(n))) < MIN_SLOTS as f64 {
+        let total_slots = ((n as f64 * (1.0 + overhead_of(n))).ceil() as usize).div_ceil(W) * W;
+        if n == 0 || total_slots < MIN_SLOTS {
             return fallback(BuildOutcome::default());
         }
         let num_shards = n.div_ceil(knobs.shard_keys.max(1)).min(u32::MAX as usize);
@@ -575,7 +587,7 @@ impl RibbonPolicy {
             let keys = end - begin;
             begin = end;
             let wanted = (keys as f64 * (1.0 + overhead_of(keys))).ceil();
-            let num_blocks = ((wanted as usize).div_ceil(W)).max(1);
+            let num_blocks = ((wanted / W as f64).round() as usize).max(1);
             if num_blocks > u32::MAX as usize {
                 return fallback(BuildOutcome::default());
             }
@@ -583,7 +595,11 @@ impl RibbonPolicy {
             // starts in them matches `share`.
             let num_starts = (num_blocks * W - (W - 1)) as f64;
             let upper_blocks = ((share * num_starts + (W - 1) as f64) / W as f64).round() as usize;
-            let upper_blocks = if share <= 0.0 { 0 } else { upper_blocks.clamp(1, num_blocks) };
+            let upper_blocks = if share <= 0.0 {
+                0
+            } else {
+                upper_blocks.clamp(1, num_blocks)
+            };
             let shard = RibbonShard {
                 word_offset: word_offset as u32,
                 num_blocks: num_blocks as u32,
@@ -623,7 +639,11 @@ impl RibbonPolicy {
             shard.seed = seed as u8;
             let at = shard.word_offset as usize * WORD_BYTES;
             let len = shard.words(upper) as usize * WORD_BYTES;
-            band.solve(upper, shard.upper_start_block as usize, &mut out[at..at + len]);
+            band.solve(
+                upper,
+                shard.upper_start_block as usize,
+                &mut out[at..at + len],
+            );
         }
 
         for (i, shard) in shards.iter().enumerate() {
@@ -715,7 +735,11 @@ impl Band {
                     *s |= ((parity(coeff & *s) ^ (result >> j)) & 1) as u128;
                 }
             }
-            let columns = if block < upper_start_block { lower } else { upper } as usize;
+            let columns = if block < upper_start_block {
+                lower
+            } else {
+                upper
+            } as usize;
             let block_start = block_end - columns * WORD_BYTES;
             for (j, s) in state[..columns].iter().enumerate() {
                 let at = block_start + j * WORD_BYTES;
@@ -752,7 +776,11 @@ mod tests {
         let (u, f) = p.columns();
         assert_eq!(u, 7);
         let mix = f * 2f64.powi(-7) + (1.0 - f) * 2f64.powi(-6);
-        assert!((mix - p.fp_rate()).abs() < 1e-12, "{mix} vs {}", p.fp_rate());
+        assert!(
+            (mix - p.fp_rate()).abs() < 1e-12,
+            "{mix} vs {}",
+            p.fp_rate()
+        );
         let (u, f) = RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap().columns();
         assert_eq!((u, f), (8, 1.0));
         let (u, f) = RibbonPolicy::with_fp_rate(1e-15).unwrap().columns();
