@@ -183,18 +183,6 @@ fn parity(x: u128) -> u32 {
     ((v >> 60) & 1) as u32
 }
 
-#[inline]
-fn read_word(bytes: &[u8], at: usize) -> Option<u128> {
-    let w: [u8; WORD_BYTES] = bytes.get(at..at + WORD_BYTES)?.try_into().ok()?;
-    Some(u128::from_le_bytes(w))
-}
-
-#[inline]
-fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
-    let w: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-    Some(u32::from_le_bytes(w))
-}
-
 /// One shard's entry in the shard table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RibbonShard {
@@ -210,12 +198,14 @@ pub struct RibbonShard {
 }
 
 impl RibbonShard {
+    #[inline]
     fn read(bytes: &[u8], at: usize) -> Option<RibbonShard> {
+        let e: [u8; SHARD_ENTRY_BYTES] = bytes.get(at..at + SHARD_ENTRY_BYTES)?.try_into().ok()?;
         Some(RibbonShard {
-            word_offset: read_u32(bytes, at)?,
-            num_blocks: read_u32(bytes, at + 4)?,
-            upper_start_block: read_u32(bytes, at + 8)?,
-            seed: *bytes.get(at + 12)?,
+            word_offset: u32::from_le_bytes([e[0], e[1], e[2], e[3]]),
+            num_blocks: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+            upper_start_block: u32::from_le_bytes([e[8], e[9], e[10], e[11]]),
+            seed: e[12],
         })
     }
 
@@ -370,24 +360,29 @@ impl RibbonLayout {
         // every solution word into a window, split the coefficients once:
         // `low` masks the start block's word, `high` the next block's.
         let low = row.coeff << shift;
+        let word = |chunk: &[u8]| <[u8; WORD_BYTES]>::try_from(chunk).map(u128::from_le_bytes);
         if shift == 0 {
-            for j in 0..columns {
-                let Some(w) = read_word(bytes, here + j * WORD_BYTES) else {
-                    return true;
-                };
+            let Some(words) = bytes.get(here..here + columns * WORD_BYTES) else {
+                return true;
+            };
+            for (j, chunk) in words.chunks_exact(WORD_BYTES).enumerate() {
+                let Ok(w) = word(chunk) else { return true };
                 if parity(w & low) != (row.result >> j) & 1 {
                     return false;
                 }
             }
         } else {
             let high = row.coeff >> (W as u32 - shift);
-            // The next block stores at least `columns` columns as well.
-            let next = here + columns * WORD_BYTES;
-            for j in 0..columns {
-                let (Some(w0), Some(w1)) = (
-                    read_word(bytes, here + j * WORD_BYTES),
-                    read_word(bytes, next + j * WORD_BYTES),
-                ) else {
+            // The next block follows and stores at least `columns` columns.
+            let Some(words) = bytes.get(here..here + 2 * columns * WORD_BYTES) else {
+                return true;
+            };
+            let (this_block, next_block) = words.split_at(columns * WORD_BYTES);
+            let pairs = this_block
+                .chunks_exact(WORD_BYTES)
+                .zip(next_block.chunks_exact(WORD_BYTES));
+            for (j, (c0, c1)) in pairs.enumerate() {
+                let (Ok(w0), Ok(w1)) = (word(c0), word(c1)) else {
                     return true;
                 };
                 if parity((w0 & low) ^ (w1 & high)) != (row.result >> j) & 1 {
