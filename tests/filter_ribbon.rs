@@ -404,3 +404,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn tables_recording_the_ribbon_name_decode_from_bytes() {
+    let keys = hashes(5_000, 31);
+    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    // Whatever policy the database uses now, a built-in name decodes the
+    // bytes themselves.
+    let current: std::sync::Arc<dyn FilterPolicy> = std::sync::Arc::new(BloomPolicy::new(10.0));
+    let decoded = Filter::for_policy(RibbonPolicy::NAME, bytes.clone(), &current);
+    assert_eq!(decoded.format_name(), "ribbon");
+    assert_eq!(decoded.len_bytes(), bytes.len());
+    assert!(format!("{decoded:?}").contains("ribbon"));
+    assert!(keys.iter().all(|&h| decoded.may_contain(h)));
+    let rejected = absent(10_000)
+        .into_iter()
+        .filter(|&h| !decoded.may_contain(h))
+        .count();
+    assert!(
+        rejected > 9_800,
+        "only {rejected} of 10,000 absent keys rejected"
+    );
+}

@@ -76,9 +76,11 @@
 //!
 //! The solution is interleaved column-major per block of 128 slots, so a
 //! query reads one 16-byte word per column from its start block and, unless
-//! its start is block-aligned, the same column of the next block: one or two
-//! cache lines for up to 4 columns, at most three for 8, and it stops at the
-//! first column whose parity disagrees with the fingerprint.
+//! its start is block-aligned, the same column of the next block, which
+//! directly follows: one contiguous run of `2 x cols x 16` bytes (224 bytes,
+//! four or five cache lines, at 7 columns). It stops at the first column
+//! whose parity disagrees with the fingerprint, so an absent key reads about
+//! two columns (one or two cache lines).
 //!
 //! `num_starts = 128 * num_blocks - 127`: a key's start is
 //! `fastrange64(h1, num_starts)`, so its 128 slots stay inside its shard.
