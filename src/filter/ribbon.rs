@@ -430,7 +430,8 @@ pub fn overhead_for_keys(num_keys: usize) -> f64 {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuildKnobs {
-    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`]
+    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`],
+    /// clamped to [-1, 10]
     /// (may be negative to force failures).
     pub overhead: Option<f64>,
     /// Seeds a shard may try (at most [`MAX_SEEDS`]).
@@ -565,7 +566,7 @@ impl RibbonPolicy {
         let overhead_of = |keys: usize| {
             let o = knobs.overhead.unwrap_or_else(|| overhead_for_keys(keys));
             if o.is_finite() {
-                o.clamp(-1.0, 100.0)
+                o.clamp(-1.0, 10.0)
             } else {
                 0.0
             }
