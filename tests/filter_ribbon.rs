@@ -5,7 +5,9 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use sievedb::filter::ribbon::{overhead_for_keys, RibbonLayout, MAX_SEEDS, TRAILER_BYTES};
+use sievedb::filter::ribbon::{
+    BuildKnobs, RibbonLayout, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS, TRAILER_BYTES,
+};
 use sievedb::filter::{
     self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
 };
@@ -83,19 +85,17 @@ fn empty_set_rejects_everything() {
 fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
     let policy = RibbonPolicy::new(10.0);
     let small = hashes(700, 1);
-    let (bytes, outcome) =
-        policy.build_with_overhead(&small, overhead_for_keys(small.len()), MAX_SEEDS);
+    let (bytes, outcome) = policy.build_with(&small, BuildKnobs::default());
     assert!(outcome.fell_back_to_bloom);
-    assert_eq!(outcome.seeds_tried, 0);
+    assert_eq!(outcome.shards, 0);
     assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
     // The fallback is the blocked Bloom filter at the equivalent bits/key.
     assert_eq!(bytes, BloomPolicy::new(10.0).build(&small));
 
     let large = hashes(5_000, 1);
-    let (bytes, outcome) =
-        policy.build_with_overhead(&large, overhead_for_keys(large.len()), MAX_SEEDS);
+    let (bytes, outcome) = policy.build_with(&large, BuildKnobs::default());
     assert!(!outcome.fell_back_to_bloom);
-    assert!(outcome.seeds_tried >= 1);
+    assert_eq!(outcome.shards, 1);
     assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
     assert_no_false_negatives(&bytes, &large);
 }
@@ -107,9 +107,14 @@ fn duplicate_hashes_are_redundant_rows_not_failures() {
     keys.extend_from_slice(&unique);
     keys.extend_from_slice(&unique[..5_000]);
     let policy = RibbonPolicy::new(10.0);
-    // Overhead as for the unique keys: duplicates add no information, so
-    // the system must still solve with the same seed budget as usual.
-    let (bytes, outcome) = policy.build_with_overhead(&keys, -0.55, MAX_SEEDS);
+    // Slots for the unique keys only (45,000 rows, 20,352 slots): duplicates
+    // add no information, so the system must still solve.
+    let knobs = BuildKnobs {
+        overhead: Some(-0.55),
+        shard_keys: usize::MAX,
+        ..BuildKnobs::default()
+    };
+    let (bytes, outcome) = policy.build_with(&keys, knobs);
     assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
     assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
     assert_no_false_negatives(&bytes, &unique);
@@ -120,18 +125,26 @@ fn failed_seeds_are_retried_and_still_give_a_correct_filter() {
     let policy = RibbonPolicy::new(10.0);
     // A tight overhead makes seeds fail often; look for key sets where the
     // first seed fails and a later one succeeds.
-    let mut retried = 0;
-    for set in 0..40u64 {
-        let keys = hashes(20_000, set << 32);
-        let (bytes, outcome) = policy.build_with_overhead(&keys, 0.006, MAX_SEEDS);
-        assert_no_false_negatives(&bytes, &keys);
-        if outcome.seeds_tried > 1 && !outcome.fell_back_to_bloom {
-            let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
-            assert_eq!(layout.seed() as u32, outcome.seeds_tried - 1);
-            retried += 1;
-        }
-    }
-    assert!(retried >= 3, "only {retried} key sets needed a retry");
+    let knobs = BuildKnobs {
+        overhead: Some(0.012),
+        ..BuildKnobs::default()
+    };
+    let keys = hashes(200_000, 5);
+    let (bytes, outcome) = policy.build_with(&keys, knobs);
+    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+    assert!(outcome.failed_seeds >= 3, "{outcome:?}");
+    assert_no_false_negatives(&bytes, &keys);
+    let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+    assert_eq!(layout.num_shards(), outcome.shards);
+    let seeds: Vec<u8> = (0..layout.num_shards())
+        .map(|i| layout.shard(&bytes, i).unwrap().seed)
+        .collect();
+    let retried_seeds: u32 = seeds.iter().map(|&s| s as u32).sum();
+    assert_eq!(
+        retried_seeds, outcome.failed_seeds,
+        "seed i means i failures"
+    );
+    assert!(layout.shard(&bytes, layout.num_shards()).is_none());
 }
 
 #[test]
@@ -139,8 +152,12 @@ fn exhausted_seeds_fall_back_to_bloom() {
     let policy = RibbonPolicy::new(10.0);
     let keys = hashes(10_000, 9);
     // Fewer slots than keys: no seed can solve the system.
-    let (bytes, outcome) = policy.build_with_overhead(&keys, -0.02, MAX_SEEDS);
-    assert_eq!(outcome.seeds_tried, MAX_SEEDS);
+    let knobs = BuildKnobs {
+        overhead: Some(-0.02),
+        ..BuildKnobs::default()
+    };
+    let (bytes, outcome) = policy.build_with(&keys, knobs);
+    assert_eq!(outcome.failed_seeds, MAX_SEEDS);
     assert!(outcome.fell_back_to_bloom);
     assert_eq!(Filter::decode(bytes.clone()).format_name(), "bloom");
     assert_no_false_negatives(&bytes, &keys);
@@ -151,7 +168,7 @@ fn exhausted_seeds_fall_back_to_bloom() {
 /// layout's slot-weighted rate, allowing 5 standard deviations.
 fn check_fp_rate(bytes: &[u8], probes: u64) -> (f64, f64) {
     let layout = RibbonLayout::parse(bytes).expect("ribbon bytes");
-    let expected = layout.expected_fp_rate();
+    let expected = layout.expected_fp_rate(bytes);
     let hits = absent(probes)
         .into_iter()
         .filter(|&h| layout.may_contain(bytes, h))
@@ -170,7 +187,14 @@ fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
     let m = million();
     let layout = RibbonLayout::parse(&m.bytes).unwrap();
     assert_eq!(layout.upper_columns(), 7);
-    assert!(layout.upper_start_block() > 0 && layout.upper_start_block() < layout.num_blocks());
+    assert_eq!(
+        layout.num_shards() as usize,
+        1_000_000usize.div_ceil(SHARD_KEYS)
+    );
+    for i in 0..layout.num_shards() {
+        let shard = layout.shard(&m.bytes, i).unwrap();
+        assert!(shard.upper_start_block > 0 && shard.upper_start_block < shard.num_blocks);
+    }
     let (_, expected) = check_fp_rate(&m.bytes, 1_000_000);
     // The mix was chosen to equal the blocked Bloom rate at 10 bits/key.
     let bloom_fp = BloomPolicy::new(10.0).expected_fp_rate();
@@ -194,7 +218,10 @@ fn fp_rate_matches_whole_result_bits() {
         .unwrap()
         .build(&keys);
     let layout = RibbonLayout::parse(&bytes).unwrap();
-    assert_eq!((layout.upper_columns(), layout.upper_start_block()), (8, 0));
+    assert_eq!(layout.upper_columns(), 8);
+    assert!(
+        (0..layout.num_shards()).all(|i| layout.shard(&bytes, i).unwrap().upper_start_block == 0)
+    );
     let (_, expected) = check_fp_rate(&bytes, 1_000_000);
     assert_eq!(expected, 1.0 / 256.0);
     assert_no_false_negatives(&bytes, &keys);
@@ -272,12 +299,22 @@ fn truncated_bytes_never_panic_nor_lose_keys() {
 }
 
 #[test]
-fn every_single_bit_flip_in_the_trailer_is_detected() {
+fn every_single_bit_flip_in_the_trailer_and_shard_table_is_detected() {
     let (keys, bytes) = small_ribbon();
-    let trailer = bytes.len() - TRAILER_BYTES;
+    check_every_trailer_flip(&keys, &bytes);
+    // Three shards: offsets of later shards are covered as well.
+    let keys = hashes(3 * SHARD_KEYS as u64 - 100, 23);
+    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    assert_eq!(RibbonLayout::parse(&bytes).unwrap().num_shards(), 3);
+    check_every_trailer_flip(&keys, &bytes);
+}
+
+fn check_every_trailer_flip(keys: &[u64], bytes: &[u8]) {
+    let shards = RibbonLayout::parse(bytes).unwrap().num_shards() as usize;
+    let trailer = bytes.len() - TRAILER_BYTES - shards * SHARD_ENTRY_BYTES;
     for at in trailer..bytes.len() {
         for bit in 0..8 {
-            let mut damaged = bytes.clone();
+            let mut damaged = bytes.to_vec();
             damaged[at] ^= 1 << bit;
             assert!(
                 RibbonLayout::parse(&damaged).is_none(),
@@ -294,7 +331,7 @@ fn every_single_bit_flip_in_the_trailer_is_detected() {
 fn random_trailer_damage_never_panics_nor_loses_keys() {
     let (keys, bytes) = small_ribbon();
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let trailer = bytes.len() - TRAILER_BYTES;
+    let trailer = bytes.len() - TRAILER_BYTES - SHARD_ENTRY_BYTES;
     for _ in 0..2_000 {
         let mut damaged = bytes.clone();
         let flips = rng.gen_range(1..=12);
@@ -313,7 +350,7 @@ fn random_trailer_damage_never_panics_nor_loses_keys() {
 fn solution_bit_flips_never_panic() {
     let (keys, bytes) = small_ribbon();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let solution = bytes.len() - TRAILER_BYTES;
+    let solution = bytes.len() - TRAILER_BYTES - SHARD_ENTRY_BYTES;
     for _ in 0..200 {
         let mut damaged = bytes.clone();
         for _ in 0..rng.gen_range(1..=64) {
@@ -366,4 +403,26 @@ proptest! {
             prop_assert!(filter::may_contain(&bytes, h));
         }
     }
+}
+
+#[test]
+fn tables_recording_the_ribbon_name_decode_from_bytes() {
+    let keys = hashes(5_000, 31);
+    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    // Whatever policy the database uses now, a built-in name decodes the
+    // bytes themselves.
+    let current: std::sync::Arc<dyn FilterPolicy> = std::sync::Arc::new(BloomPolicy::new(10.0));
+    let decoded = Filter::for_policy(RibbonPolicy::NAME, bytes.clone(), &current);
+    assert_eq!(decoded.format_name(), "ribbon");
+    assert_eq!(decoded.len_bytes(), bytes.len());
+    assert!(format!("{decoded:?}").contains("ribbon"));
+    assert!(keys.iter().all(|&h| decoded.may_contain(h)));
+    let rejected = absent(10_000)
+        .into_iter()
+        .filter(|&h| !decoded.may_contain(h))
+        .count();
+    assert!(
+        rejected > 9_800,
+        "only {rejected} of 10,000 absent keys rejected"
+    );
 }
