@@ -94,16 +94,19 @@ pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
     let lambda = LINE_BITS as f64 / bits_per_key;
     let k = probes as f64;
     let keep = 1.0 - 1.0 / LINE_BITS as f64;
-    // Sum the Poisson terms around the mean until they vanish.
+    // Poisson(lambda, j) is carried as its logarithm: computed directly,
+    // e^-lambda underflows to 0 once lambda passes ~745 (below 0.69
+    // bits/key) and the sum would wrongly come out as 0.
+    let ln_lambda = lambda.ln();
     let upper = (lambda + 12.0 * lambda.sqrt() + 30.0).ceil() as u64;
-    let mut term = (-lambda).exp(); // P(j = 0)
+    let mut ln_term = -lambda; // ln P(j = 0)
     let mut total = 0.0;
     for j in 0..=upper {
         if j > 0 {
-            term *= lambda / j as f64;
+            ln_term += ln_lambda - (j as f64).ln();
         }
         let set = 1.0 - keep.powf(j as f64 * k);
-        total += term * set.powf(k);
+        total += ln_term.exp() * set.powf(k);
     }
     total.min(1.0)
 }
@@ -146,56 +149,99 @@ impl BloomLayout {
     }
 
     /// Queries `bytes` (already validated by [`parse`](Self::parse)).
+    ///
+    /// Bytes that do not match this layout (too short) answer `true`.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
         if self.num_lines == 0 {
             return false; // built from an empty key set
         }
         let line = fastrange32(key_hash as u32, self.num_lines) as usize;
-        let start = line * LINE_BYTES;
-        let Some(block) = bytes.get(start..start + LINE_BYTES) else {
+        let Some(block) = line_at(bytes, line) else {
             return true;
         };
+        // Branch-free: test every probe and AND the bits together instead of
+        // returning at the first zero. An early exit mispredicts on about
+        // half of the absent keys and stalls the other loads in flight; the
+        // whole line is one cache line anyway, so the extra probes are nearly
+        // free (measured in docs/filters.md: 2x faster for absent keys).
         let mut state = (key_hash >> 32) as u32;
+        let mut all_set = 1u64;
         for _ in 0..self.probes {
-            let bit = (state >> 23) as usize; // top 9 bits: 0..512
-            if block[bit >> 3] & (1u8 << (bit & 7)) == 0 {
-                return false;
-            }
+            let bit = state >> 23; // top 9 bits: 0..512
+            all_set &= line_word(block, bit >> 6) >> (bit & 63);
             state = state.wrapping_mul(PROBE_MULTIPLIER);
         }
-        true
+        all_set & 1 == 1
     }
+}
+
+/// The 64-byte line `line` of `bytes`, or `None` past the end.
+#[inline]
+fn line_at(bytes: &[u8], line: usize) -> Option<&[u8; LINE_BYTES]> {
+    let start = line.checked_mul(LINE_BYTES)?;
+    let end = start.checked_add(LINE_BYTES)?;
+    bytes.get(start..end)?.try_into().ok()
+}
+
+/// Word `word` (taken modulo 8) of a line, read little endian, so that bit
+/// `b` of the line (byte `b / 8`, bit `b % 8`) is bit `b % 64` of word
+/// `b / 64`: the byte-level on-disk layout read 64 bits at a time.
+#[inline]
+fn line_word(block: &[u8; LINE_BYTES], word: u32) -> u64 {
+    let off = (word as usize & 7) * 8;
+    u64::from_le_bytes([
+        block[off],
+        block[off + 1],
+        block[off + 2],
+        block[off + 3],
+        block[off + 4],
+        block[off + 5],
+        block[off + 6],
+        block[off + 7],
+    ])
+}
+
+/// Number of 64-byte lines for `num_keys` keys at `bits_per_key`: at least
+/// one line for a non-empty set, none for an empty one.
+fn lines_for(num_keys: usize, bits_per_key: f64) -> u32 {
+    if num_keys == 0 {
+        return 0;
+    }
+    let total_bits = (num_keys as f64 * bits_per_key).ceil();
+    // `as` saturates: NaN gives 0 and huge values u64::MAX, both clamped.
+    (total_bits as u64)
+        .div_ceil(LINE_BITS as u64)
+        .clamp(1, u32::MAX as u64) as u32
 }
 
 /// Builds blocked Bloom filter bytes for `key_hashes` at `bits_per_key`.
 pub(crate) fn build_bloom(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
     let probes = probes_for_bits_per_key(bits_per_key);
-    let total_bits = (key_hashes.len() as f64 * bits_per_key).ceil() as u64;
-    let lines = if key_hashes.is_empty() {
-        0
-    } else {
-        total_bits
-            .div_ceil(LINE_BITS as u64)
-            .clamp(1, u32::MAX as u64) as u32
-    };
-    let mut out = vec![0u8; lines as usize * LINE_BYTES + TRAILER_BYTES];
-    if lines > 0 {
-        for &h in key_hashes {
-            let line = fastrange32(h as u32, lines) as usize;
-            let block = &mut out[line * LINE_BYTES..(line + 1) * LINE_BYTES];
-            let mut state = (h >> 32) as u32;
-            for _ in 0..probes {
-                let bit = (state >> 23) as usize;
-                block[bit >> 3] |= 1u8 << (bit & 7);
-                state = state.wrapping_mul(PROBE_MULTIPLIER);
-            }
+    let lines = lines_for(key_hashes.len(), bits_per_key);
+    // Set bits in native 64-bit words (one read-modify-write per probe
+    // instead of byte shuffling), then serialise little endian, which gives
+    // exactly the byte layout `line_word` reads back.
+    let mut words = vec![[0u64; LINE_BYTES / 8]; lines as usize];
+    for &h in key_hashes {
+        let line = fastrange32(h as u32, lines) as usize;
+        let Some(block) = words.get_mut(line) else {
+            continue; // unreachable: fastrange32 < lines
+        };
+        let mut state = (h >> 32) as u32;
+        for _ in 0..probes {
+            let bit = state >> 23;
+            block[(bit >> 6) as usize] |= 1u64 << (bit & 63);
+            state = state.wrapping_mul(PROBE_MULTIPLIER);
         }
     }
-    let t = out.len() - TRAILER_BYTES;
-    out[t..t + 4].copy_from_slice(&lines.to_le_bytes());
-    out[t + 4] = probes as u8;
-    out[t + 5] = FORMAT_BLOOM;
+    let mut out = Vec::with_capacity(lines as usize * LINE_BYTES + TRAILER_BYTES);
+    for word in words.iter().flatten() {
+        out.extend_from_slice(&word.to_le_bytes());
+    }
+    out.extend_from_slice(&lines.to_le_bytes());
+    out.push(probes as u8);
+    out.push(FORMAT_BLOOM);
     out
 }
 
@@ -261,12 +307,13 @@ impl BloomPolicy {
                 lo = mid;
             }
         }
-        let mut bpk = (lo * 100.0).floor() / 100.0;
-        while fp(bpk) > p {
-            bpk += 0.01;
+        // Count in whole hundredths so the answer is exactly what was tested.
+        let mut centi = (lo * 100.0).floor() as u32;
+        while centi < 10_000 && fp(centi as f64 / 100.0) > p {
+            centi += 1;
         }
         Ok(BloomPolicy {
-            bits_per_key: (bpk * 100.0).round() / 100.0,
+            bits_per_key: centi as f64 / 100.0,
         })
     }
 
@@ -336,6 +383,74 @@ mod tests {
         assert!(BloomPolicy::with_fp_rate(0.0).is_err());
         assert!(BloomPolicy::with_fp_rate(1.0).is_err());
         assert!(BloomPolicy::with_fp_rate(f64::NAN).is_err());
+    }
+
+    /// The on-disk format, written out byte by byte as the module doc
+    /// describes it: bit `b` of a line is bit `b % 8` of byte `b / 8`.
+    fn reference_build(hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
+        let probes = probes_for_bits_per_key(bits_per_key);
+        let lines = lines_for(hashes.len(), bits_per_key);
+        let mut out = vec![0u8; lines as usize * LINE_BYTES];
+        for &h in hashes {
+            let line = ((h as u32 as u64 * lines as u64) >> 32) as usize;
+            let mut state = (h >> 32) as u32;
+            for _ in 0..probes {
+                let bit = (state >> 23) as usize;
+                out[line * LINE_BYTES + bit / 8] |= 1 << (bit % 8);
+                state = state.wrapping_mul(0x9e37_79b9);
+            }
+        }
+        out.extend_from_slice(&lines.to_le_bytes());
+        out.push(probes as u8);
+        out.push(0x01);
+        out
+    }
+
+    fn reference_query(bytes: &[u8], h: u64) -> bool {
+        let n = bytes.len();
+        let lines = u32::from_le_bytes(bytes[n - 6..n - 2].try_into().unwrap());
+        let probes = bytes[n - 2];
+        if lines == 0 {
+            return false;
+        }
+        let line = ((h as u32 as u64 * lines as u64) >> 32) as usize;
+        let mut state = (h >> 32) as u32;
+        (0..probes).all(|_| {
+            let bit = (state >> 23) as usize;
+            state = state.wrapping_mul(0x9e37_79b9);
+            bytes[line * LINE_BYTES + bit / 8] & (1 << (bit % 8)) != 0
+        })
+    }
+
+    #[test]
+    fn word_level_code_keeps_the_byte_level_format() {
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (n, bpk) in [(1usize, 10.0), (100, 6.0), (5000, 10.0), (3000, 16.5)] {
+            let hashes: Vec<u64> = (0..n).map(|_| next()).collect();
+            let bytes = build_bloom(&hashes, bpk);
+            assert_eq!(bytes, reference_build(&hashes, bpk), "n={n} bpk={bpk}");
+            let layout = BloomLayout::parse(&bytes).unwrap();
+            for _ in 0..20_000 {
+                let h = next();
+                assert_eq!(layout.may_contain(&bytes, h), reference_query(&bytes, h));
+            }
+        }
+    }
+
+    #[test]
+    fn theory_survives_tiny_bits_per_key() {
+        // Below ~0.69 bits/key the Poisson mean passes 745 and e^-mean
+        // underflows; the rate must still come out near 1, not 0.
+        let fp = blocked_bloom_fp_rate(0.01, 1);
+        assert!(fp > 0.99, "{fp}");
+        let fp = blocked_bloom_fp_rate(0.5, 1);
+        assert!(fp > 0.8 && fp <= 1.0, "{fp}");
     }
 
     #[test]
