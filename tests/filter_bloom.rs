@@ -75,7 +75,14 @@ fn no_false_negative_fixed_sizes() {
             assert_no_false_negative(&policy, &hashes(n, n));
         }
     }
-    let edge = [0u64, u64::MAX, 1, 1 << 32, u32::MAX as u64, 0xffff_ffff_0000_0000];
+    let edge = [
+        0u64,
+        u64::MAX,
+        1,
+        1 << 32,
+        u32::MAX as u64,
+        0xffff_ffff_0000_0000,
+    ];
     assert_no_false_negative(&BloomPolicy::new(10.0), &edge);
 }
 

@@ -27,7 +27,9 @@ fn policies() -> Vec<Arc<dyn FilterPolicy>> {
 static COUNTER: Mutex<()> = Mutex::new(());
 
 fn counter_lock() -> MutexGuard<'static, ()> {
-    COUNTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    COUNTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn hashes(tag: u64, n: u64) -> Vec<u64> {
@@ -46,7 +48,11 @@ fn every_policy_reads_back_through_the_generic_decoder() {
         let decoded = Filter::decode(bytes.clone());
         let by_name = Filter::for_policy(&name, bytes.clone(), &policy);
         assert_eq!(decoded.len_bytes(), bytes.len());
-        assert_ne!(decoded.unfiltered(), Some(Unfiltered::Undecodable), "{name}");
+        assert_ne!(
+            decoded.unfiltered(),
+            Some(Unfiltered::Undecodable),
+            "{name}"
+        );
         for &h in &present {
             assert!(decoded.may_contain(h), "{name}: false negative");
             assert!(by_name.may_contain(h), "{name}: false negative");
@@ -105,7 +111,12 @@ fn truncated_filters_may_contain_everything_and_are_counted() {
         }
         // Each damaged filter was decoded once by Filter::decode and once
         // per key (4) by the free function.
-        assert_eq!(undecodable_filters() - before, damaged * 5, "{}", policy.name());
+        assert_eq!(
+            undecodable_filters() - before,
+            damaged * 5,
+            "{}",
+            policy.name()
+        );
     }
     // Empty bytes are "no filter", not damage: not counted.
     let before = undecodable_filters();
@@ -148,7 +159,10 @@ fn damaged_trailer_or_unknown_format_may_contain_everything_and_is_counted() {
     cases.push(("7 bytes prepended".into(), grown));
     // A trailer alone that claims lines it does not have.
     cases.push(("trailer only".into(), vec![1, 0, 0, 0, 6, FORMAT_BLOOM]));
-    cases.push(("huge num_lines".into(), vec![0xff, 0xff, 0xff, 0xff, 6, FORMAT_BLOOM]));
+    cases.push((
+        "huge num_lines".into(),
+        vec![0xff, 0xff, 0xff, 0xff, 6, FORMAT_BLOOM],
+    ));
     cases.push(("single id byte".into(), vec![FORMAT_BLOOM]));
 
     let before = undecodable_filters();

@@ -66,6 +66,20 @@ pub const MAX_BITS_PER_KEY: f64 = 100.0;
 const MAX_PROBES: u32 = 30;
 const PROBE_MULTIPLIER: u32 = 0x9e37_79b9;
 
+/// `PROBE_MULTIPLIER^i` for `i` in `0..32`: probe `i` of a key is
+/// `state * PROBE_MULTIPLIER^i` (the same value as multiplying `i` times in
+/// a row), so all probes of a key are independent multiplications the CPU
+/// can run in parallel instead of one chain of dependent ones.
+const PROBE_POWERS: [u32; 32] = {
+    let mut powers = [1u32; 32];
+    let mut i = 1;
+    while i < 32 {
+        powers[i] = powers[i - 1].wrapping_mul(PROBE_MULTIPLIER);
+        i += 1;
+    }
+    powers
+};
+
 /// The probe count that minimises the false-positive rate of a 512-bit
 /// blocked Bloom filter at `bits_per_key` (RocksDB's measured table).
 pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
@@ -119,7 +133,8 @@ pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
     distinct[0] = 1.0;
     for _ in 0..k {
         for d in (1..=k).rev() {
-            distinct[d] = distinct[d] * (d as f64 / m) + distinct[d - 1] * ((m - (d - 1) as f64) / m);
+            distinct[d] =
+                distinct[d] * (d as f64 / m) + distinct[d - 1] * ((m - (d - 1) as f64) / m);
         }
         distinct[0] = 0.0;
     }
@@ -165,6 +180,9 @@ pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
 pub struct BloomLayout {
     num_lines: u32,
     probes: u32,
+    /// The CPU has AVX2 (checked once, at parse): queries take the vector
+    /// path. Same answers either way.
+    avx2: bool,
 }
 
 impl BloomLayout {
@@ -184,7 +202,11 @@ impl BloomLayout {
         if body + TRAILER_BYTES as u64 != bytes.len() as u64 {
             return None;
         }
-        Some(BloomLayout { num_lines, probes })
+        Some(BloomLayout {
+            num_lines,
+            probes,
+            avx2: cpu_has_avx2(),
+        })
     }
 
     /// Number of 64-byte lines.
@@ -209,19 +231,131 @@ impl BloomLayout {
         let Some(block) = line_at(bytes, line) else {
             return true;
         };
-        // Branch-free: test every probe and AND the bits together instead of
-        // returning at the first zero. An early exit mispredicts on about
-        // half of the absent keys and stalls the other loads in flight; the
-        // whole line is one cache line anyway, so the extra probes are nearly
-        // free (measured in docs/filters.md: 2x faster for absent keys).
-        let mut state = (key_hash >> 32) as u32;
-        let mut all_set = 1u64;
-        for _ in 0..self.probes {
-            let bit = state >> 23; // top 9 bits: 0..512
-            all_set &= line_word(block, bit >> 6) >> (bit & 63);
-            state = state.wrapping_mul(PROBE_MULTIPLIER);
+        let state = (key_hash >> 32) as u32;
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 when this
+            // layout was parsed (`cpu_has_avx2`), which is all
+            // `avx2::line_has_all` requires.
+            return unsafe { avx2::line_has_all(block, state, self.probes) };
         }
-        all_set & 1 == 1
+        line_has_all(block, state, self.probes)
+    }
+}
+
+/// Whether every probe of `state` finds its bit set in `block`: the
+/// portable path.
+///
+/// Branch-free: every probe is tested and the bits ANDed, instead of
+/// returning at the first clear bit. An early exit mispredicts on about
+/// half of the absent keys and throws away the loads in flight; the line
+/// is one cache line, so the extra probes cost little (docs/filters.md has
+/// the measurement).
+#[inline]
+fn line_has_all(block: &[u8; LINE_BYTES], state: u32, probes: u32) -> bool {
+    let mut all_set = 1u64;
+    for &power in PROBE_POWERS.iter().take(probes as usize) {
+        let bit = state.wrapping_mul(power) >> 23; // top 9 bits: 0..512
+        all_set &= line_word(block, bit >> 6) >> (bit & 63);
+    }
+    all_set & 1 == 1
+}
+
+fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The AVX2 query: eight probes per step, the way RocksDB's FastLocalBloom
+/// and Parquet's split-block filter test them.
+///
+/// Measured 2-3x faster than the portable loop (docs/filters.md), which is
+/// why this module has `unsafe`: `#[target_feature]` functions and the
+/// unaligned vector loads need it.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{LINE_BYTES, PROBE_POWERS};
+    use std::arch::x86_64::*;
+
+    /// `ACTIVE_LANES[8 - r..16 - r]` is all ones in the first `r` lanes and
+    /// zero in the rest, so lanes past the last probe test nothing.
+    const ACTIVE_LANES: [u32; 16] = [!0, !0, !0, !0, !0, !0, !0, !0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+    /// Same answer as `super::line_has_all`. Probe counts above 32 are
+    /// treated as 32 (filters never have more than 30).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn line_has_all(block: &[u8; LINE_BYTES], state: u32, probes: u32) -> bool {
+        // The line as 16 little-endian 32-bit words: 0..8 in `lo`, 8..16 in
+        // `hi`. Bit b of the line is bit b % 32 of word b / 32.
+        // SAFETY: `block` is 64 readable bytes; both loads are unaligned
+        // loads of 32 bytes inside it.
+        let lo = _mm256_loadu_si256(block.as_ptr().cast::<__m256i>());
+        let hi = _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>());
+        let state = _mm256_set1_epi32(state as i32);
+        let probes = probes.min(32) as usize;
+        // Up to 8 probes (every probe count up to 16 bits/key) is one step.
+        let mut missing = missing_bits(lo, hi, state, 0, probes);
+        let mut first = 8;
+        while first < probes {
+            missing = _mm256_or_si256(missing, missing_bits(lo, hi, state, first, probes - first));
+            first += 8;
+        }
+        _mm256_testz_si256(missing, missing) == 1
+    }
+
+    /// The probe bits of probes `first..first + min(remaining, 8)` that are
+    /// clear in the line (all zero when every one is set).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn missing_bits(
+        lo: __m256i,
+        hi: __m256i,
+        state: __m256i,
+        first: usize,
+        remaining: usize,
+    ) -> __m256i {
+        let active_from = 8 - remaining.min(8);
+        let (Some(powers), Some(active)) = (
+            PROBE_POWERS.get(first..first + 8),
+            ACTIVE_LANES.get(active_from..active_from + 8),
+        ) else {
+            return _mm256_setzero_si256(); // unreachable: first < 32, step 8
+        };
+        // SAFETY: each slice is 8 u32 = 32 readable bytes.
+        let powers = _mm256_loadu_si256(powers.as_ptr().cast::<__m256i>());
+        let active = _mm256_loadu_si256(active.as_ptr().cast::<__m256i>());
+        // x's top 9 bits are the probe's bit position b in the line.
+        let x = _mm256_mullo_epi32(state, powers);
+        // Word b / 32 is x >> 28; the permute reads only its low three bits
+        // (the word within a half) and x's sign bit (b >= 256) picks the
+        // half.
+        let word_index = _mm256_srli_epi32(x, 28);
+        let from_lo = _mm256_permutevar8x32_epi32(lo, word_index);
+        let from_hi = _mm256_permutevar8x32_epi32(hi, word_index);
+        let words = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(from_lo),
+            _mm256_castsi256_ps(from_hi),
+            _mm256_castsi256_ps(x),
+        ));
+        // One bit per active lane, at b % 32 (sllv uses the count as is,
+        // so it is masked to 0..32 first).
+        let bit_in_word = _mm256_and_si256(_mm256_srli_epi32(x, 23), _mm256_set1_epi32(31));
+        let wanted = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(1), bit_in_word), active);
+        _mm256_andnot_si256(words, wanted)
     }
 }
 
@@ -266,32 +400,82 @@ fn lines_for(num_keys: usize, bits_per_key: f64) -> u32 {
 
 /// Builds blocked Bloom filter bytes for `key_hashes` at `bits_per_key`.
 pub(crate) fn build_bloom(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
-    let probes = probes_for_bits_per_key(bits_per_key);
-    let lines = lines_for(key_hashes.len(), bits_per_key);
-    // Set bits in native 64-bit words (one read-modify-write per probe
-    // instead of byte shuffling), then serialise little endian, which gives
-    // exactly the byte layout `line_word` reads back.
-    let mut words = vec![[0u64; LINE_BYTES / 8]; lines as usize];
-    for &h in key_hashes {
-        let line = fastrange32(h as u32, lines) as usize;
-        let Some(block) = words.get_mut(line) else {
-            continue; // unreachable: fastrange32 < lines
-        };
-        let mut state = (h >> 32) as u32;
-        for _ in 0..probes {
-            let bit = state >> 23;
-            block[(bit >> 6) as usize] |= 1u64 << (bit & 63);
-            state = state.wrapping_mul(PROBE_MULTIPLIER);
+    build_lines(
+        key_hashes,
+        lines_for(key_hashes.len(), bits_per_key),
+        probes_for_bits_per_key(bits_per_key),
+    )
+}
+
+/// Builds a filter of exactly `lines` lines with `probes` probes per key.
+fn build_lines(key_hashes: &[u64], lines: u32, probes: u32) -> Vec<u8> {
+    let body = lines as usize * LINE_BYTES;
+    let mut out = vec![0u8; body + TRAILER_BYTES];
+    // The probe counts up to 25 bits/key get a loop of constant length,
+    // which the compiler unrolls (measured ~25% faster build).
+    let bits = &mut out[..body];
+    match probes {
+        1 => set_key_bits::<1>(bits, key_hashes, lines),
+        2 => set_key_bits::<2>(bits, key_hashes, lines),
+        3 => set_key_bits::<3>(bits, key_hashes, lines),
+        4 => set_key_bits::<4>(bits, key_hashes, lines),
+        5 => set_key_bits::<5>(bits, key_hashes, lines),
+        6 => set_key_bits::<6>(bits, key_hashes, lines),
+        7 => set_key_bits::<7>(bits, key_hashes, lines),
+        8 => set_key_bits::<8>(bits, key_hashes, lines),
+        9 => set_key_bits::<9>(bits, key_hashes, lines),
+        10 => set_key_bits::<10>(bits, key_hashes, lines),
+        11 => set_key_bits::<11>(bits, key_hashes, lines),
+        12 => set_key_bits::<12>(bits, key_hashes, lines),
+        _ => {
+            for &h in key_hashes {
+                let line = fastrange32(h as u32, lines) as usize;
+                let Some(block) = line_at_mut(bits, line) else {
+                    continue; // unreachable: fastrange32 < lines
+                };
+                let state = (h >> 32) as u32;
+                for &power in PROBE_POWERS.iter().take(probes as usize) {
+                    set_line_bit(block, state.wrapping_mul(power) >> 23);
+                }
+            }
         }
     }
-    let mut out = Vec::with_capacity(lines as usize * LINE_BYTES + TRAILER_BYTES);
-    for word in words.iter().flatten() {
-        out.extend_from_slice(&word.to_le_bytes());
-    }
-    out.extend_from_slice(&lines.to_le_bytes());
-    out.push(probes as u8);
-    out.push(FORMAT_BLOOM);
+    out[body..body + 4].copy_from_slice(&lines.to_le_bytes());
+    out[body + 4] = probes as u8;
+    out[body + 5] = FORMAT_BLOOM;
     out
+}
+
+/// Sets the `K` probe bits of every key in `bits` (`lines` lines).
+fn set_key_bits<const K: usize>(bits: &mut [u8], key_hashes: &[u64], lines: u32) {
+    for &h in key_hashes {
+        let line = fastrange32(h as u32, lines) as usize;
+        let Some(block) = line_at_mut(bits, line) else {
+            continue; // unreachable: fastrange32 < lines
+        };
+        let state = (h >> 32) as u32;
+        for &power in PROBE_POWERS.iter().take(K) {
+            set_line_bit(block, state.wrapping_mul(power) >> 23);
+        }
+    }
+}
+
+/// Sets bit `bit` (taken modulo 512) of a line: one 64-bit read-modify-write
+/// of the little-endian word that holds it (see [`line_word`]).
+#[inline]
+fn set_line_bit(block: &mut [u8; LINE_BYTES], bit: u32) {
+    let word = (bit >> 6) & 7;
+    let value = line_word(block, word) | (1u64 << (bit & 63));
+    let off = word as usize * 8;
+    block[off..off + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// The mutable 64-byte line `line` of `bytes`, or `None` past the end.
+#[inline]
+fn line_at_mut(bytes: &mut [u8], line: usize) -> Option<&mut [u8; LINE_BYTES]> {
+    let start = line.checked_mul(LINE_BYTES)?;
+    let end = start.checked_add(LINE_BYTES)?;
+    bytes.get_mut(start..end)?.try_into().ok()
 }
 
 /// Policy for the cache-local blocked Bloom filter.
@@ -504,6 +688,36 @@ mod tests {
             for _ in 0..20_000 {
                 let h = next();
                 assert_eq!(layout.may_contain(&bytes, h), reference_query(&bytes, h));
+            }
+        }
+    }
+
+    #[test]
+    fn every_probe_count_answers_like_the_reference_on_every_path() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let hashes: Vec<u64> = (0..700).map(|_| next()).collect();
+        for probes in 1..=MAX_PROBES {
+            let bytes = build_lines(&hashes, 11, probes);
+            let layout = BloomLayout::parse(&bytes).unwrap();
+            assert_eq!(layout.probes(), probes);
+            let scalar = BloomLayout {
+                avx2: false,
+                ..layout
+            };
+            for i in 0..20_000 {
+                let h = if i < hashes.len() { hashes[i] } else { next() };
+                let expected = reference_query(&bytes, h);
+                assert_eq!(layout.may_contain(&bytes, h), expected, "k={probes}");
+                assert_eq!(scalar.may_contain(&bytes, h), expected, "k={probes}");
+                if i < hashes.len() {
+                    assert!(expected, "false negative at k={probes}");
+                }
             }
         }
     }
