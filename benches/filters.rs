@@ -17,6 +17,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use sievedb::filter::bloom::BloomLayout;
 use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy};
 
 const BITS_PER_KEY: usize = 10;
@@ -106,6 +107,23 @@ fn bloom(c: &mut Criterion, w: &Workload) {
     );
 }
 
+/// The same filter on the portable (non-SIMD) query path, which CPUs
+/// without AVX2 take.
+fn bloom_portable(c: &mut Criterion, w: &Workload) {
+    let policy = BloomPolicy::new(BITS_PER_KEY as f64);
+    family(
+        c,
+        "bloom_portable",
+        w,
+        |hashes| {
+            let bytes = policy.build(hashes);
+            let layout = BloomLayout::parse(&bytes).expect("freshly built");
+            (layout, bytes)
+        },
+        |(layout, bytes), h| layout.may_contain_portable(bytes, h),
+    );
+}
+
 /// Parquet's split-block Bloom filter (`sbbf-rs-safe`): 32-byte blocks,
 /// 8 probes with SIMD.
 fn sbbf(c: &mut Criterion, w: &Workload) {
@@ -175,6 +193,7 @@ fn all(c: &mut Criterion) {
     for n in SIZES {
         let w = Workload::new(n);
         bloom(c, &w);
+        bloom_portable(c, &w);
         sbbf(c, &w);
         fastbloom(c, &w);
     }

@@ -241,6 +241,20 @@ impl BloomLayout {
         }
         line_has_all(block, state, self.probes)
     }
+
+    /// Like [`may_contain`](Self::may_contain) but always on the portable
+    /// (non-SIMD) path that CPUs without AVX2 take: same answers, exposed so
+    /// benchmarks can compare the two paths on one machine.
+    pub fn may_contain_portable(&self, bytes: &[u8], key_hash: u64) -> bool {
+        if self.num_lines == 0 {
+            return false;
+        }
+        let line = fastrange32(key_hash as u32, self.num_lines) as usize;
+        match line_at(bytes, line) {
+            Some(block) => line_has_all(block, (key_hash >> 32) as u32, self.probes),
+            None => true,
+        }
+    }
 }
 
 /// Whether every probe of `state` finds its bit set in `block`: the
@@ -248,9 +262,8 @@ impl BloomLayout {
 ///
 /// Branch-free: every probe is tested and the bits ANDed, instead of
 /// returning at the first clear bit. An early exit mispredicts on about
-/// half of the absent keys and throws away the loads in flight; the line
-/// is one cache line, so the extra probes cost little (docs/filters.md has
-/// the measurement).
+/// half of the absent keys and throws away the work in flight; the line is
+/// one cache line, so the extra probes cost little.
 #[inline]
 fn line_has_all(block: &[u8; LINE_BYTES], state: u32, probes: u32) -> bool {
     let mut all_set = 1u64;
@@ -275,9 +288,10 @@ fn cpu_has_avx2() -> bool {
 /// The AVX2 query: eight probes per step, the way RocksDB's FastLocalBloom
 /// and Parquet's split-block filter test them.
 ///
-/// Measured 2-3x faster than the portable loop (docs/filters.md), which is
-/// why this module has `unsafe`: `#[target_feature]` functions and the
-/// unaligned vector loads need it.
+/// Measured faster than the portable loop (`bloom` vs `bloom_portable` in
+/// `benches/filters.rs`, numbers in docs/filters.md), which is why this
+/// module has `unsafe`: `#[target_feature]` functions and the unaligned
+/// vector loads need it.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{LINE_BYTES, PROBE_POWERS};
@@ -412,7 +426,7 @@ fn build_lines(key_hashes: &[u64], lines: u32, probes: u32) -> Vec<u8> {
     let body = lines as usize * LINE_BYTES;
     let mut out = vec![0u8; body + TRAILER_BYTES];
     // The probe counts up to 25 bits/key get a loop of constant length,
-    // which the compiler unrolls (measured ~25% faster build).
+    // which the compiler unrolls.
     let bits = &mut out[..body];
     match probes {
         1 => set_key_bits::<1>(bits, key_hashes, lines),
@@ -710,6 +724,10 @@ mod tests {
                 avx2: false,
                 ..layout
             };
+            assert_eq!(
+                layout.may_contain_portable(&bytes, 7),
+                scalar.may_contain(&bytes, 7)
+            );
             for i in 0..20_000 {
                 let h = if i < hashes.len() { hashes[i] } else { next() };
                 let expected = reference_query(&bytes, h);
