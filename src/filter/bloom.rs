@@ -741,6 +741,19 @@ mod tests {
     }
 
     #[test]
+    fn probe_table_is_near_optimal() {
+        for half_bits in 2..=52 {
+            let bits_per_key = half_bits as f64 / 2.0;
+            let chosen = blocked_bloom_fp_rate(bits_per_key, probes_for_bits_per_key(bits_per_key));
+            // The optimum up to 26 bits/key is 13 probes; more only cost time.
+            let best = (1..=16)
+                .map(|k| blocked_bloom_fp_rate(bits_per_key, k))
+                .fold(f64::INFINITY, f64::min);
+            assert!(chosen <= best * 1.02, "{bits_per_key}: {chosen} vs {best}");
+        }
+    }
+
+    #[test]
     fn theory_survives_tiny_bits_per_key() {
         // Below ~0.69 bits/key the Poisson mean passes 745 and e^-mean
         // underflows; the rate must still come out near 1, not 0.
