@@ -9,6 +9,12 @@
 //!                                  little endian     1..=30     FORMAT_BLOOM
 //! ```
 //!
+//! `num_lines = ceil(ceil(n x bits_per_key) / 512)`, at least 1 for a
+//! non-empty key set and 0 for an empty one (which rejects every key). Bit `b`
+//! of a line is bit `b % 8` of byte `b / 8`; equivalently bit `b % 64` of the
+//! little-endian 64-bit word `b / 64`, which is how the code reads and
+//! writes it.
+//!
 //! # Probing
 //!
 //! Every key touches exactly one 64-byte (512-bit) line, so a query costs one
@@ -21,7 +27,14 @@
 //!   multiplied by the odd constant `0x9e3779b9` (the golden ratio) for the
 //!   next probe. Multiplying by an odd constant is a bijection on 32-bit
 //!   words and mixes low bits into the top ones, so successive probes are
-//!   nearly independent without a second hash.
+//!   nearly independent without a second hash. Probe `i` is therefore
+//!   `state x 0x9e3779b9^i`; the code multiplies by precomputed powers so
+//!   that the probes do not wait on each other.
+//!
+//! Queries test every probe and AND the results (no early exit). With AVX2
+//! (detected at run time, once per decoded filter) eight probes are tested
+//! per step with vector instructions; the portable loop gives the same
+//! answers on every other CPU.
 //!
 //! # Probe count
 //!
