@@ -208,3 +208,48 @@ fn switching_to_ribbon_and_compacting_shrinks_filters() {
         }
     }
 }
+
+/// Input files of a compaction stay on disk while a scan that started before
+/// it still reads them, and are deleted once the scan is dropped.
+#[test]
+fn compacted_inputs_are_deleted_only_after_readers_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    for round in 0..3u8 {
+        for i in 0..3000 {
+            db.put(key(i), [round; 32]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let sst_files = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".sst")
+            })
+            .count()
+    };
+    let before: Vec<u64> = db.tables().iter().map(|t| t.file_number).collect();
+    let mut scan = db.iter().unwrap();
+    let first = scan.next().unwrap().unwrap();
+    assert_eq!(first.1, vec![2u8; 32]);
+    db.compact_all().unwrap();
+    let after: Vec<u64> = db.tables().iter().map(|t| t.file_number).collect();
+    assert!(
+        after.iter().all(|n| !before.contains(n)),
+        "every table was rewritten"
+    );
+    // The scan still holds the old tables: their files are still there.
+    assert_eq!(sst_files(), before.len() + after.len());
+    let rest: Vec<_> = scan.by_ref().map(|r| r.unwrap()).collect();
+    assert_eq!(rest.len(), 2999);
+    assert!(rest.iter().all(|(_, v)| v == &vec![2u8; 32]));
+    drop(scan);
+    assert_eq!(sst_files(), after.len());
+}
