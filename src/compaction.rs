@@ -335,6 +335,16 @@ impl DbInner {
             return Err(e);
         }
         let bytes_written: u64 = outputs.iter().map(|t| t.record.file_size).sum();
+        // The outputs' directory entries must be durable before the manifest
+        // edit that names them (the edit also lets the inputs be deleted).
+        if !outputs.is_empty() {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                for o in &outputs {
+                    o.mark_obsolete();
+                }
+                return Err(Error::io(&self.dir, e));
+            }
+        }
 
         let mut bg = self.bg.lock();
         let removed: Vec<(u32, u64)> = job

@@ -124,7 +124,7 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::io(path, e)
 }
 
@@ -455,6 +455,12 @@ impl Db {
         self.shutdown()
     }
 
+    /// The shared state, for [`Db::verify`](crate::verify) (fails when closed).
+    pub(crate) fn inner_for_verify(&self) -> Result<&Arc<DbInner>> {
+        self.check_open()?;
+        Ok(&self.inner)
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::Closed)
@@ -701,10 +707,19 @@ impl DbInner {
         let path = self.dir.join(log_file_name(number));
         // The old log's memtable is about to be flushed; make it durable so
         // a power cut before the flush cannot lose it.
+        // The new log's directory entry must be durable before any write
+        // it holds is acknowledged: a synced record in a file whose entry a
+        // power cut takes away is lost.
         let rotated = w
             .wal
             .sync()
-            .and_then(|()| LogWriter::create(self.fs.as_ref(), &path));
+            .and_then(|()| LogWriter::create(self.fs.as_ref(), &path))
+            .and_then(|wal| {
+                self.fs
+                    .sync_dir(&self.dir)
+                    .map_err(io_err(&self.dir))
+                    .map(|()| wal)
+            });
         let wal = match rotated {
             Ok(wal) => wal,
             Err(e) => {
@@ -836,6 +851,11 @@ impl DbInner {
                 Arc::clone(&self.fs),
                 path,
             ));
+        }
+        if !added.is_empty() {
+            // The table's directory entry must be durable before the
+            // manifest edit that names it (and lets its log go).
+            self.fs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
         }
         {
             let mut bg = self.bg.lock();

@@ -37,7 +37,9 @@
 //! * [`wal`]: the checksummed record log behind the write-ahead log and the
 //!   manifest.
 //! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
-//! * [`fs`]: the filesystem interface every write goes through.
+//! * [`fs`]: the filesystem interface every write goes through, and
+//!   [`fs::FaultFs`], which simulates power loss and I/O errors in tests.
+//! * [`verify`]: [`Db::verify`], the whole-database integrity check.
 
 #![warn(missing_docs)]
 
@@ -56,6 +58,7 @@ mod options;
 pub mod sstable;
 pub mod stats;
 mod version;
+pub mod verify;
 pub mod wal;
 
 pub use batch::WriteBatch;
@@ -64,3 +67,4 @@ pub use error::{Error, Result};
 pub use merge::DbIterator;
 pub use options::Options;
 pub use stats::{LevelStats, Stats, TableInfo};
+pub use verify::{Problem, VerifyReport};
