@@ -57,8 +57,8 @@ mod merge;
 mod options;
 pub mod sstable;
 pub mod stats;
-mod version;
 pub mod verify;
+mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;

@@ -81,7 +81,12 @@ impl Problem {
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.offset {
-            Some(off) => write!(f, "{} at offset {off}: {}", self.file.display(), self.reason),
+            Some(off) => write!(
+                f,
+                "{} at offset {off}: {}",
+                self.file.display(),
+                self.reason
+            ),
             None => write!(f, "{}: {}", self.file.display(), self.reason),
         }
     }

@@ -134,7 +134,11 @@ fn damaged_tables_manifest_and_current() {
     }
     let tables = files_matching(&pristine, |n| n.ends_with(".sst"));
     let manifests = files_matching(&pristine, |n| n.starts_with("MANIFEST-"));
-    assert!(tables.len() >= 4, "need several tables, got {}", tables.len());
+    assert!(
+        tables.len() >= 4,
+        "need several tables, got {}",
+        tables.len()
+    );
     assert_eq!(manifests.len(), 1);
     let expected = model(N);
     let mut rng = Rng(0xc0ffee);
@@ -144,7 +148,10 @@ fn damaged_tables_manifest_and_current() {
     for trial in 0..trials {
         copy_dir(&pristine, &work);
         let (victim_name, kind) = match trial % 8 {
-            6 => (manifests[0].file_name().expect("name").to_owned(), "manifest"),
+            6 => (
+                manifests[0].file_name().expect("name").to_owned(),
+                "manifest",
+            ),
             7 => ("CURRENT".into(), "CURRENT"),
             _ => {
                 let t = &tables[rng.below(tables.len() as u64) as usize];
@@ -183,7 +190,10 @@ fn damaged_tables_manifest_and_current() {
         for (k, v) in &expected {
             match db.get(k) {
                 Ok(Some(got)) => assert_eq!(&got, v, "{what}: wrong value"),
-                Ok(None) => panic!("{what}: key {:?} silently missing", String::from_utf8_lossy(k)),
+                Ok(None) => panic!(
+                    "{what}: key {:?} silently missing",
+                    String::from_utf8_lossy(k)
+                ),
                 Err(e) => {
                     assert_names(&e, &victim, &[], &what);
                     errors += 1;
@@ -231,7 +241,12 @@ fn damaged_log() {
     let scan = sievedb::wal::scan_log(&log_bytes, &logs[0]).expect("pristine log");
     assert_eq!(scan.records.len() as u64, N, "one record per batch");
     // Record index holding byte `at`.
-    let record_of = |at: u64| scan.records.iter().rposition(|r| r.offset <= at).unwrap_or(0) as u64;
+    let record_of = |at: u64| {
+        scan.records
+            .iter()
+            .rposition(|r| r.offset <= at)
+            .unwrap_or(0) as u64
+    };
     let mut rng = Rng(0x10c);
     let mut tally = Tally::default();
     let work = base.path().join("work");
@@ -247,11 +262,17 @@ fn damaged_log() {
         match Db::open(&work, reopen_options()) {
             Err(e) => {
                 tally.open_failed += 1;
-                assert!(!torn_tail_possible, "{what}: a torn tail must not fail open: {e}");
+                assert!(
+                    !torn_tail_possible,
+                    "{what}: a torn tail must not fail open: {e}"
+                );
                 assert_names(&e, &victim, &[], &what);
             }
             Ok(db) => {
-                assert!(torn_tail_possible, "{what}: damage before intact records not detected");
+                assert!(
+                    torn_tail_possible,
+                    "{what}: damage before intact records not detected"
+                );
                 // Batches before the damaged record are all there, the rest
                 // wholly absent.
                 let rec = check(&db, first, N).unwrap_or_else(|e| panic!("{what}: {e}"));

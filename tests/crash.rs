@@ -69,14 +69,22 @@ fn crash_recovery_rounds() {
     let mut tables_seen = 0;
     for round in 0..rounds {
         let mut child = Command::new(&exe)
-            .args(["crash_child_workload", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_child_workload",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_DIR, dir.path())
             .env(CHILD_START, next.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn child");
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let delay = 30 + (seed >> 33) % 400;
         std::thread::sleep(Duration::from_millis(delay));
         if let Ok(Some(status)) = child.try_wait() {
@@ -114,6 +122,9 @@ fn crash_recovery_rounds() {
     db.close().expect("close");
     let db = Db::open(dir.path(), churn_options()).expect("reopen");
     check(&db, next, next).expect("final state");
-    assert!(next > rounds, "children made too little progress: {next} batches");
+    assert!(
+        next > rounds,
+        "children made too little progress: {next} batches"
+    );
     eprintln!("crash rounds: {rounds}, batches acknowledged and verified: {next}, live tables summed over the reopens: {tables_seen}");
 }

@@ -97,7 +97,11 @@ fn power_cut_sweep_loses_nothing_synced() {
     let mut lost_bytes = 0;
     for i in 0..n {
         // Spread over the whole run, plus the first few calls (open).
-        let at = if i < 4 { i + 1 } else { 1 + (total * i) / n + i % 7 };
+        let at = if i < 4 {
+            i + 1
+        } else {
+            1 + (total * i) / n + i % 7
+        };
         let dir = base.path().join(format!("cut{i}"));
         let fs = FaultFs::new();
         fs.cut_power_at(at);
@@ -116,7 +120,10 @@ fn power_cut_sweep_loses_nothing_synced() {
                 (0, 0)
             }
         };
-        assert!(fs.is_cut() || acked == BATCHES, "{what}: power never went out");
+        assert!(
+            fs.is_cut() || acked == BATCHES,
+            "{what}: power never went out"
+        );
         fs.reboot().expect("reboot");
         cuts += 1;
         acked_total += acked;
@@ -194,7 +201,10 @@ fn io_error_sweep_poisons_then_recovers() {
         fs.clear_faults();
         reopen_and_check(&dir, &fs, acked, attempted, &what);
     }
-    assert!(injected >= n * 3 / 4, "only {injected} of {n} faults were reached");
+    assert!(
+        injected >= n * 3 / 4,
+        "only {injected} of {n} faults were reached"
+    );
     eprintln!("injected errors: {injected}, surfaced to the caller: {surfaced}");
 }
 

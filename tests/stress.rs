@@ -148,7 +148,10 @@ fn eight_threads_mixed_workload() {
         .collect::<Result<_, _>>()
         .expect("scan after reopen");
     assert_eq!(got.len(), all.len());
-    assert!(got == all, "state after reopen differs from the threads' models");
+    assert!(
+        got == all,
+        "state after reopen differs from the threads' models"
+    );
     let ops: u64 = results.iter().map(|(_, c)| c.ops).sum();
     let reads: u64 = results.iter().map(|(_, c)| c.reads).sum();
     let scans: u64 = results.iter().map(|(_, c)| c.scans).sum();

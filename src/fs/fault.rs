@@ -316,8 +316,7 @@ impl FaultFs {
     pub fn reboot(&self) -> io::Result<()> {
         let mut s = self.state.lock();
         s.frozen = true; // nothing else gets in while the disk is rewritten
-        let by_inode: HashMap<u64, PathBuf> =
-            s.live.iter().map(|(p, &i)| (i, p.clone())).collect();
+        let by_inode: HashMap<u64, PathBuf> = s.live.iter().map(|(p, &i)| (i, p.clone())).collect();
         let mut survivors: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut lost = 0u64;
         let mut reverted = 0u64;

@@ -166,7 +166,7 @@ impl Table {
         Error::corruption(&self.path, Some(offset), reason)
     }
 
-    fn from_block(&self, c: BlockCorruption) -> Error {
+    fn block_error(&self, c: BlockCorruption) -> Error {
         self.corrupt(c.offset, c.reason)
     }
 
@@ -208,7 +208,7 @@ impl Table {
         ReadCounters::add(&self.counters.data_block_reads, 1);
         ReadCounters::add(&self.counters.bytes_read, h.len);
         let contents = self.block(h)?;
-        BlockView::parse(contents, h.offset).map_err(|c| self.from_block(c))
+        BlockView::parse(contents, h.offset).map_err(|c| self.block_error(c))
     }
 
     /// Decodes the whole index block into memory and checks that the data
@@ -216,7 +216,7 @@ impl Table {
     /// strictly increase.
     fn load_index(&mut self, h: BlockHandle, data_end: u64) -> Result<()> {
         let contents = self.block(h)?;
-        let view = BlockView::parse(contents, h.offset).map_err(|c| self.from_block(c))?;
+        let view = BlockView::parse(contents, h.offset).map_err(|c| self.block_error(c))?;
         let mut keys = Vec::new();
         let mut index = Vec::new();
         let mut key = Vec::new();
@@ -225,7 +225,7 @@ impl Table {
         while pos < view.entries_end() {
             let (value, next) = view
                 .next_into(pos, &mut key)
-                .map_err(|c| self.from_block(c))?;
+                .map_err(|c| self.block_error(c))?;
             let entry_at = h.offset + pos as u64;
             let handle = contents
                 .get(value)
@@ -383,7 +383,7 @@ impl Table {
             let mut key = buf.borrow_mut();
             let r = block
                 .seek(user_key, trailer, &mut key)
-                .map_err(|e| self.from_block(e))?;
+                .map_err(|e| self.block_error(e))?;
             let Some((value, _)) = r.hit else {
                 return Err(self.corrupt(
                     entry.handle.offset,

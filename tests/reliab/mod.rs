@@ -40,16 +40,17 @@ pub fn batch(b: u64) -> WriteBatch {
 /// Options with tiny memtables, tables and levels and synced writes, so a
 /// few hundred batches go through many flushes and compactions.
 pub fn churn_options() -> Options {
-    let mut opts = Options::default();
-    opts.sync_writes = true;
-    opts.memtable_bytes = 8 << 10;
-    opts.table_bytes = 8 << 10;
-    opts.level1_bytes = 32 << 10;
-    opts.level_size_multiplier = 4;
-    opts.level0_compaction_trigger = 3;
-    opts.level0_stop_writes = 6;
-    opts.block_bytes = 512;
-    opts
+    Options {
+        sync_writes: true,
+        memtable_bytes: 8 << 10,
+        table_bytes: 8 << 10,
+        level1_bytes: 32 << 10,
+        level_size_multiplier: 4,
+        level0_compaction_trigger: 3,
+        level0_stop_writes: 6,
+        block_bytes: 512,
+        ..Options::default()
+    }
 }
 
 /// What the checker found.
@@ -113,16 +114,24 @@ pub fn check(db: &Db, acked: u64, attempted: u64) -> Result<Recovered, String> {
     }
     for (i, &b) in present.iter().enumerate() {
         if b != i as u64 + 1 {
-            return Err(format!("present batches are not a prefix: {b} present, {} absent", i + 1));
+            return Err(format!(
+                "present batches are not a prefix: {b} present, {} absent",
+                i + 1
+            ));
         }
     }
     let newest = present.last().copied().unwrap_or(0);
     if newest < acked {
-        return Err(format!("acknowledged batch {} lost (newest present {newest})", newest + 1));
+        return Err(format!(
+            "acknowledged batch {} lost (newest present {newest})",
+            newest + 1
+        ));
     }
     let counter = counter.map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])));
     if counter != (newest > 0).then_some(newest) {
-        return Err(format!("counter is {counter:?}, newest present batch {newest}"));
+        return Err(format!(
+            "counter is {counter:?}, newest present batch {newest}"
+        ));
     }
     Ok(Recovered { present })
 }
