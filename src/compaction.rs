@@ -365,9 +365,10 @@ impl DbInner {
             log_number: None,
         };
         if let Err(e) = bg.manifest.log_edit(&edit) {
-            for o in &outputs {
-                o.mark_obsolete();
-            }
+            // The outputs are kept: the edit may be in the manifest even
+            // though the call failed (e.g. appended whole, then the sync
+            // failed), and then the next open needs them. If it is not, that
+            // open deletes them as unreferenced.
             return Err(e);
         }
         let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
