@@ -278,7 +278,13 @@ impl Db {
             };
             if obsolete {
                 let p = dir.join(name);
-                fs.remove_file(&p).map_err(io_err(&p))?;
+                match fs.remove_file(&p) {
+                    // `names` was listed before the new manifest was written:
+                    // a stray `CURRENT.tmp` left by a crash has since been
+                    // replaced and renamed to `CURRENT` by this very open.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    other => other.map_err(io_err(&p))?,
+                }
             }
         }
         let _ = old_manifest;

@@ -32,6 +32,8 @@ fn crash_child_workload() {
         .expect("start id is a number");
     let db = Db::open(&dir, churn_options()).expect("child open");
     let mut out = std::io::stdout().lock();
+    // libtest's "test ... " line has no newline yet: start a fresh line.
+    writeln!(out).expect("stdout");
     for b in start.. {
         db.write(&batch(b)).expect("child write");
         // Acknowledged: the write returned, so it must survive the kill.
@@ -51,7 +53,10 @@ fn last_ack(output: &str) -> Option<u64> {
     output
         .split_inclusive('\n')
         .filter(|l| l.ends_with('\n'))
-        .filter_map(|l| l.trim_end().strip_prefix("ack ")?.parse().ok())
+        .filter_map(|l| {
+            let at = l.find("ack ")?;
+            l[at + 4..].trim_end().parse().ok()
+        })
         .max()
 }
 
@@ -107,8 +112,20 @@ fn crash_recovery_rounds() {
         // The batch after the last ack may have been written before the kill.
         let db = Db::open(dir.path(), churn_options())
             .unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
-        let rec = check(&db, acked, acked + 1)
-            .unwrap_or_else(|e| panic!("round {round} (killed after {delay} ms): {e}"));
+        let rec = check(&db, acked, acked + 1).unwrap_or_else(|e| {
+            let tail: Vec<&str> = output.lines().rev().take(3).collect();
+            let files: Vec<String> = std::fs::read_dir(dir.path())
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!(
+                "round {round} (killed after {delay} ms, child started at batch {next}, \
+                 last acks {tail:?}, files {files:?}): {e}"
+            )
+        });
         let report = db.verify().expect("verify");
         assert!(report.is_ok(), "round {round}: {:?}", report.problems);
         tables_seen += db.stats().levels.iter().map(|l| l.tables).sum::<u64>();
@@ -127,4 +144,23 @@ fn crash_recovery_rounds() {
         "children made too little progress: {next} batches"
     );
     eprintln!("crash rounds: {rounds}, batches acknowledged and verified: {next}, live tables summed over the reopens: {tables_seen}");
+}
+
+/// Regression: a process killed between writing `CURRENT.tmp` and renaming
+/// it left the file behind; the next open listed it, wrote and renamed its
+/// own `CURRENT.tmp`, then failed with `Error::Io` (not found) trying to
+/// delete the stale name it had listed. Open now treats an already-missing
+/// obsolete file as removed.
+#[test]
+fn regression_open_after_crash_with_stray_current_tmp() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), churn_options()).expect("open");
+    for b in 1..=20 {
+        db.write(&batch(b)).expect("write");
+    }
+    db.close().expect("close");
+    std::fs::write(dir.path().join("CURRENT.tmp"), b"MANIFEST-00").expect("stray tmp");
+    let db = Db::open(dir.path(), churn_options()).expect("open with a stray CURRENT.tmp");
+    check(&db, 20, 20).expect("data intact");
+    assert!(!dir.path().join("CURRENT.tmp").exists());
 }

@@ -104,7 +104,7 @@ fn power_cut_sweep_loses_nothing_synced() {
         };
         let dir = base.path().join(format!("cut{i}"));
         let fs = FaultFs::new();
-        fs.cut_power_at(at);
+        fs.cut_power_at(at).expect("cut point");
         let what = format!("cut before call {at} of {total}");
         let (acked, attempted) = match Db::open(&dir, options(&fs)) {
             Ok(db) => {
@@ -155,7 +155,7 @@ fn io_error_sweep_poisons_then_recovers() {
         let at = if op.is_some() { 1 + at / 4 } else { at };
         let dir = base.path().join(format!("err{i}"));
         let fs = FaultFs::new();
-        fs.fail_nth(op, at, kind);
+        fs.fail_nth(op, at, kind).expect("fault point");
         let what = format!("{kind:?} on call {at} ({op:?}) of ~{total}");
         let (acked, attempted) = match Db::open(&dir, options(&fs)) {
             Ok(db) => {
@@ -253,7 +253,13 @@ fn fault_fs_model() {
 
     // Injected faults hit exactly the n-th matching call, once.
     let mut f = fs.create(&d.join("f")).expect("create");
-    fs.fail_nth(Some(FaultOp::Append), 2, FaultKind::DiskFull);
+    fs.fail_nth(Some(FaultOp::Append), 2, FaultKind::DiskFull)
+        .expect("plan");
+    assert!(
+        fs.fail_nth(None, 0, FaultKind::Io).is_err(),
+        "calls count from 1"
+    );
+    assert!(fs.cut_power_at(0).is_err());
     f.append(b"1111").expect("first append");
     let e = f.append(b"2222").expect_err("second append fails");
     assert_eq!(e.raw_os_error(), Some(28));
@@ -355,7 +361,8 @@ fn regression_failed_manifest_sync_keeps_compaction_outputs() {
     let dir = base.path().join("fail");
     let fs = FaultFs::new();
     let db = run_until_compact(&dir, &fs);
-    fs.fail_nth(Some(FaultOp::Sync), syncs, FaultKind::Io);
+    fs.fail_nth(Some(FaultOp::Sync), syncs, FaultKind::Io)
+        .expect("plan");
     let err = db.compact().expect_err("manifest sync fails");
     assert!(matches!(err, Error::Poisoned(_)), "{err}");
     assert!(matches!(db.write(&batch(201)), Err(Error::Poisoned(_))));

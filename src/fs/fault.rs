@@ -268,23 +268,29 @@ impl FaultFs {
 
     /// Makes the `n`-th call (1-based, counted from now) that matches `op`
     /// (`None`: any mutating call) fail with `kind`. Replaces any earlier
-    /// plan. Panics if `n` is 0.
-    pub fn fail_nth(&self, op: Option<FaultOp>, n: u64, kind: FaultKind) {
-        assert!(n > 0, "calls are counted from 1");
+    /// plan. `n = 0` is [`Error::InvalidArgument`](crate::Error).
+    pub fn fail_nth(&self, op: Option<FaultOp>, n: u64, kind: FaultKind) -> crate::Result<()> {
+        let remaining = n
+            .checked_sub(1)
+            .ok_or_else(|| crate::Error::invalid("calls are counted from 1"))?;
         self.state.lock().fail = Some(FailPlan {
             op,
-            remaining: n - 1,
+            remaining,
             kind,
         });
+        Ok(())
     }
 
     /// Cuts the power just before the `n`-th mutating call (1-based, counted
     /// from now): that call and every later one fail, as if the machine
-    /// stopped there. Panics if `n` is 0.
-    pub fn cut_power_at(&self, n: u64) {
-        assert!(n > 0, "calls are counted from 1");
+    /// stopped there. `n = 0` is [`Error::InvalidArgument`](crate::Error).
+    pub fn cut_power_at(&self, n: u64) -> crate::Result<()> {
+        if n == 0 {
+            return Err(crate::Error::invalid("calls are counted from 1"));
+        }
         let mut s = self.state.lock();
-        s.cut_at = Some(s.counts.mutations + n);
+        s.cut_at = Some(s.counts.mutations.saturating_add(n));
+        Ok(())
     }
 
     /// Cuts the power now: every later call fails until [`reboot`](Self::reboot).
