@@ -4,7 +4,9 @@
 //! batch id on stdout. The parent kills it with SIGKILL at a random moment,
 //! reopens the database, and checks that every acknowledged batch is fully
 //! present, no batch is partly applied, and the database accepts writes (the
-//! next round's child continues from where recovery left off).
+//! next round's child continues from where recovery left off). Odd rounds
+//! run the child with `sync_writes = false`: a process crash must not lose
+//! acknowledged writes either way.
 //!
 //! 25 rounds by default; `SIEVEDB_CRASH_ROUNDS` sets another number.
 
@@ -19,6 +21,7 @@ use sievedb::Db;
 
 const CHILD_DIR: &str = "SIEVEDB_CRASH_CHILD_DIR";
 const CHILD_START: &str = "SIEVEDB_CRASH_CHILD_START";
+const CHILD_SYNC: &str = "SIEVEDB_CRASH_CHILD_SYNC";
 
 /// Entry point of the child process; not a test on its own (it runs only
 /// when `crash_recovery_rounds` starts it with the environment set).
@@ -30,7 +33,11 @@ fn crash_child_workload() {
         .expect("start id")
         .parse()
         .expect("start id is a number");
-    let db = Db::open(&dir, churn_options()).expect("child open");
+    // A process crash must lose nothing acknowledged even without fsync:
+    // odd rounds run with `sync_writes = false`.
+    let mut opts = churn_options();
+    opts.sync_writes = std::env::var(CHILD_SYNC).as_deref() != Ok("0");
+    let db = Db::open(&dir, opts).expect("child open");
     let mut out = std::io::stdout().lock();
     // libtest's "test ... " line has no newline yet: start a fresh line.
     writeln!(out).expect("stdout");
@@ -83,6 +90,7 @@ fn crash_recovery_rounds() {
             ])
             .env(CHILD_DIR, dir.path())
             .env(CHILD_START, next.to_string())
+            .env(CHILD_SYNC, if round % 2 == 0 { "1" } else { "0" })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

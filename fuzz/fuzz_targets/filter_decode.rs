@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
             let _ = filter.may_contain(h);
             let _ = may_contain(rest, h);
         }
-        let _ = (filter.len_bytes(), filter.format_name(), filter.unfiltered());
+        let _ = (
+            filter.len_bytes(),
+            filter.format_name(),
+            filter.unfiltered(),
+        );
         return;
     }
     let split = rest.len() * 3 / 4;

@@ -37,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
     if flips.len() < 3 {
         // Undamaged: every record must come back and decode.
         let report = check_log_bytes(&log, path);
-        assert!(report.is_ok(), "valid log reported damaged: {:?}", report.problems);
+        assert!(
+            report.is_ok(),
+            "valid log reported damaged: {:?}",
+            report.problems
+        );
         assert_eq!(report.log_records as usize, payloads.len());
         return;
     }

@@ -68,7 +68,11 @@ pub fn build_table(path: &Path, data: &[u8], policy_byte: u8) -> bool {
         } else {
             ValueKind::Put
         };
-        let value = if kind == ValueKind::Put { &k[..] } else { &[][..] };
+        let value = if kind == ValueKind::Put {
+            &k[..]
+        } else {
+            &[][..]
+        };
         if b.add(k, i as u64 + 1, kind, value).is_err() {
             return false;
         }
@@ -141,10 +145,18 @@ pub fn fix_table_checksums(file: &mut [u8]) {
             let entries_end = index.len().saturating_sub(4 + 4 * n.min(index.len()));
             let mut p = 0;
             while p < entries_end {
-                let Some((_, q)) = get_varint64(&index, p) else { break };
-                let Some((unshared, q)) = get_varint64(&index, q) else { break };
-                let Some((vlen, q)) = get_varint64(&index, q) else { break };
-                let Some(v) = q.checked_add(unshared as usize) else { break };
+                let Some((_, q)) = get_varint64(&index, p) else {
+                    break;
+                };
+                let Some((unshared, q)) = get_varint64(&index, q) else {
+                    break;
+                };
+                let Some((vlen, q)) = get_varint64(&index, q) else {
+                    break;
+                };
+                let Some(v) = q.checked_add(unshared as usize) else {
+                    break;
+                };
                 let Some(end) = v.checked_add(vlen as usize).filter(|&e| e <= index.len()) else {
                     break;
                 };
