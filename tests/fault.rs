@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use reliab::{batch, check, churn_options, is_failure_error};
-use sievedb::fs::{FaultFs, FaultKind, FaultOp};
+use sievedb::fs::{FaultCounts, FaultFs, FaultKind, FaultOp};
 use sievedb::{Db, Error, Options};
 
 const BATCHES: u64 = 400;
@@ -56,8 +56,8 @@ fn run(db: &Db) -> (u64, u64, Option<Error>) {
     (BATCHES, BATCHES, None)
 }
 
-/// Mutating calls a fault-free run of the workload makes (open included).
-fn calls_in_clean_run(dir: &Path) -> u64 {
+/// Calls a fault-free run of the workload makes (open included).
+fn calls_in_clean_run(dir: &Path) -> FaultCounts {
     let fs = FaultFs::new();
     let db = Db::open(dir, options(&fs)).expect("open");
     let (acked, _, err) = run(&db);
@@ -67,7 +67,7 @@ fn calls_in_clean_run(dir: &Path) -> u64 {
     assert!(stats.flushes >= 5, "workload must flush: {stats:?}");
     assert!(stats.compactions >= 2, "workload must compact: {stats:?}");
     db.close().expect("close");
-    fs.counts().mutations
+    fs.counts()
 }
 
 /// Reopens after a failure and checks the model; then the database must take
@@ -90,7 +90,7 @@ fn reopen_and_check(dir: &Path, fs: &FaultFs, acked: u64, attempted: u64, what: 
 #[test]
 fn power_cut_sweep_loses_nothing_synced() {
     let base = tempfile::tempdir().expect("tempdir");
-    let total = calls_in_clean_run(&base.path().join("clean"));
+    let total = calls_in_clean_run(&base.path().join("clean")).mutations;
     let n = points();
     let mut cuts = 0;
     let mut acked_total = 0;
@@ -139,24 +139,32 @@ fn power_cut_sweep_loses_nothing_synced() {
 #[test]
 fn io_error_sweep_poisons_then_recovers() {
     let base = tempfile::tempdir().expect("tempdir");
-    let total = calls_in_clean_run(&base.path().join("clean"));
+    let clean = calls_in_clean_run(&base.path().join("clean"));
+    let total = clean.mutations;
     let n = points();
     let mut injected = 0;
     let mut surfaced = 0;
     for i in 0..n {
-        let at = 1 + (total * i) / n + i % 5;
         let kind = if i % 2 == 0 {
             FaultKind::DiskFull
         } else {
             FaultKind::Io
         };
-        // Alternate: any call, then aimed at appends, syncs and renames.
-        let op = [None, Some(FaultOp::Append), Some(FaultOp::Sync), None][i as usize % 4];
-        let at = if op.is_some() { 1 + at / 4 } else { at };
+        // Rotate through the kinds of call; aim at the n-th of that kind,
+        // spread over all the calls of that kind a clean run makes.
+        let (op, of) = [
+            (None, clean.mutations),
+            (Some(FaultOp::Append), clean.appends),
+            (Some(FaultOp::Sync), clean.syncs),
+            (Some(FaultOp::SyncDir), clean.dir_syncs),
+            (Some(FaultOp::Rename), clean.renames),
+            (Some(FaultOp::Create), clean.creates),
+        ][i as usize % 6];
+        let at = 1 + ((of * i) / n + i % 5) % of.max(1);
         let dir = base.path().join(format!("err{i}"));
         let fs = FaultFs::new();
         fs.fail_nth(op, at, kind).expect("fault point");
-        let what = format!("{kind:?} on call {at} ({op:?}) of ~{total}");
+        let what = format!("{kind:?} on call {at} of {of} ({op:?}), {total} calls in all");
         let (acked, attempted) = match Db::open(&dir, options(&fs)) {
             Ok(db) => {
                 let (acked, attempted, err) = run(&db);
