@@ -364,13 +364,11 @@ impl DbInner {
             last_sequence: None,
             log_number: None,
         };
-        if let Err(e) = bg.manifest.log_edit(&edit) {
-            // The outputs are kept: the edit may be in the manifest even
-            // though the call failed (e.g. appended whole, then the sync
-            // failed), and then the next open needs them. If it is not, that
-            // open deletes them as unreferenced.
-            return Err(e);
-        }
+        // On failure the outputs are kept (not marked obsolete): the edit may
+        // be in the manifest even though the call failed (appended whole,
+        // then the sync failed), and then the next open needs them. If it is
+        // not, that open deletes them as unreferenced.
+        bg.manifest.log_edit(&edit)?;
         let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
         bg.mstate.apply(&edit, &manifest_path)?;
         self.install_version(|v| v.apply(&removed, outputs.clone()));
