@@ -3,6 +3,8 @@
 //!
 //! Run: `cargo run --release --example quickstart`
 
+#![allow(clippy::field_reassign_with_default)]
+
 use std::sync::Arc;
 
 use sievedb::filter::{BloomPolicy, RibbonPolicy};

@@ -377,6 +377,16 @@ impl DbInner {
             return Err(e);
         }
         let bytes_written: u64 = outputs.iter().map(|t| t.record.file_size).sum();
+        // The outputs' directory entries must be durable before the manifest
+        // edit that names them (the edit also lets the inputs be deleted).
+        if !outputs.is_empty() {
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                for o in &outputs {
+                    o.mark_obsolete();
+                }
+                return Err(Error::io(&self.dir, e));
+            }
+        }
 
         let mut bg = self.bg.lock();
         let removed: Vec<(u32, u64)> = job
@@ -396,12 +406,11 @@ impl DbInner {
             last_sequence: None,
             log_number: None,
         };
-        if let Err(e) = bg.manifest.log_edit(&edit) {
-            for o in &outputs {
-                o.mark_obsolete();
-            }
-            return Err(e);
-        }
+        // On failure the outputs are kept (not marked obsolete): the edit may
+        // be in the manifest even though the call failed (appended whole,
+        // then the sync failed), and then the next open needs them. If it is
+        // not, that open deletes them as unreferenced.
+        bg.manifest.log_edit(&edit)?;
         let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
         bg.mstate.apply(&edit, &manifest_path)?;
         self.install_version(|v| v.apply(&removed, outputs.clone()));

@@ -144,7 +144,7 @@ impl std::fmt::Debug for Db {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::io(path, e)
 }
 
@@ -298,7 +298,13 @@ impl Db {
             };
             if obsolete {
                 let p = dir.join(name);
-                fs.remove_file(&p).map_err(io_err(&p))?;
+                match fs.remove_file(&p) {
+                    // `names` was listed before the new manifest was written:
+                    // a stray `CURRENT.tmp` left by a crash has since been
+                    // replaced and renamed to `CURRENT` by this very open.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    other => other.map_err(io_err(&p))?,
+                }
             }
         }
         let _ = old_manifest;
@@ -497,6 +503,12 @@ impl Db {
     /// does the same, ignoring errors; `close` reports them.
     pub fn close(self) -> Result<()> {
         self.shutdown()
+    }
+
+    /// The shared state, for [`Db::verify`](crate::verify) (fails when closed).
+    pub(crate) fn inner_for_verify(&self) -> Result<&Arc<DbInner>> {
+        self.check_open()?;
+        Ok(&self.inner)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -763,10 +775,19 @@ impl DbInner {
         let path = self.dir.join(log_file_name(number));
         // The old log's memtable is about to be flushed; make it durable so
         // a power cut before the flush cannot lose it.
+        // The new log's directory entry must be durable before any write
+        // it holds is acknowledged: a synced record in a file whose entry a
+        // power cut takes away is lost.
         let rotated = w
             .wal
             .sync()
-            .and_then(|()| LogWriter::create(self.fs.as_ref(), &path));
+            .and_then(|()| LogWriter::create(self.fs.as_ref(), &path))
+            .and_then(|wal| {
+                self.fs
+                    .sync_dir(&self.dir)
+                    .map_err(io_err(&self.dir))
+                    .map(|()| wal)
+            });
         let wal = match rotated {
             Ok(wal) => wal,
             Err(e) => {
@@ -908,6 +929,11 @@ impl DbInner {
                 Arc::clone(&self.fs),
                 path,
             )?);
+        }
+        if !added.is_empty() {
+            // The table's directory entry must be durable before the
+            // manifest edit that names it (and lets its log go).
+            self.fs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
         }
         {
             let mut bg = self.bg.lock();

@@ -12,6 +12,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::Path;
 
+mod fault;
+pub use fault::{FaultCounts, FaultFs, FaultKind, FaultOp};
+
 /// A file open for appending.
 pub trait WritableFile: Send {
     /// Appends all of `data`.

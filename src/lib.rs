@@ -39,7 +39,9 @@
 //! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
 //! * [`sketch`]: HyperLogLog, Count-Min and heavy hitters: distinct-key
 //!   counts per table and level, hot keys on the read path.
-//! * [`fs`]: the filesystem interface every write goes through.
+//! * [`fs`]: the filesystem interface every write goes through, and
+//!   [`fs::FaultFs`], which simulates power loss and I/O errors in tests.
+//! * [`verify`]: [`Db::verify`], the whole-database integrity check.
 
 #![warn(missing_docs)]
 
@@ -58,6 +60,7 @@ mod options;
 pub mod sketch;
 pub mod sstable;
 pub mod stats;
+pub mod verify;
 mod version;
 pub mod wal;
 
@@ -67,3 +70,4 @@ pub use error::{Error, Result};
 pub use merge::DbIterator;
 pub use options::{CompactionPick, Options};
 pub use stats::{LevelStats, Stats, TableInfo};
+pub use verify::{Problem, VerifyReport};

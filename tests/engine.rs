@@ -1,6 +1,8 @@
 //! The embeddable store: model test, durability, policy switch, concurrency,
 //! misuse.
 
+#![allow(clippy::field_reassign_with_default)]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
+// Options are built by assigning fields to the defaults, on purpose.
+#![allow(clippy::field_reassign_with_default)]
 
 use std::sync::Arc;
 

@@ -1,0 +1,215 @@
+//! Helpers shared by the fuzz targets: turning fuzz input into structured
+//! files (valid tables and logs the fuzzer can then damage) and repairing
+//! checksums so damage reaches the parsers behind them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
+use sievedb::fs::RealFs;
+use sievedb::key::ValueKind;
+use sievedb::sstable::format::{block_crc, get_varint64, FOOTER_LEN};
+use sievedb::sstable::{TableBuilder, TableOptions};
+
+/// A per-process scratch directory (fuzz processes are single-threaded).
+pub fn scratch_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("scratch dir"))
+        .path()
+}
+
+/// A scratch file path inside [`scratch_dir`].
+pub fn scratch_file(name: &str) -> PathBuf {
+    scratch_dir().join(name)
+}
+
+/// One of the built-in policies, chosen by `b`.
+pub fn policy(b: u8) -> Arc<dyn FilterPolicy> {
+    match b % 3 {
+        0 => Arc::new(BloomPolicy::new(10.0)),
+        1 => Arc::new(RibbonPolicy::new(10.0)),
+        _ => Arc::new(NoFilter),
+    }
+}
+
+/// Splits `data` into length-prefixed chunks (first byte = length).
+pub fn chunks(mut data: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    while let Some((&len, rest)) = data.split_first() {
+        let len = (len as usize).min(rest.len());
+        out.push(&rest[..len]);
+        data = &rest[len..];
+    }
+    out
+}
+
+/// Writes a valid table at `path` holding entries derived from `data`
+/// (keys from chunks, sorted and de-duplicated). Returns false if the
+/// builder refused (e.g. no usable keys).
+pub fn build_table(path: &Path, data: &[u8], policy_byte: u8) -> bool {
+    let mut keys: Vec<Vec<u8>> = chunks(data)
+        .into_iter()
+        .filter(|c| !c.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let opts = TableOptions {
+        block_bytes: 64,
+        restart_interval: 1 + (policy_byte as usize % 4),
+        filter_policy: policy(policy_byte),
+    };
+    let Ok(mut b) = TableBuilder::new(&RealFs, path, 1, opts) else {
+        return false;
+    };
+    for (i, k) in keys.iter().enumerate() {
+        let kind = if k[0] % 5 == 0 {
+            ValueKind::Delete
+        } else {
+            ValueKind::Put
+        };
+        let value = if kind == ValueKind::Put {
+            &k[..]
+        } else {
+            &[][..]
+        };
+        if b.add(k, i as u64 + 1, kind, value).is_err() {
+            return false;
+        }
+    }
+    b.finish().is_ok()
+}
+
+/// XORs bytes of `file` at positions from `flips` (3 bytes each: u16 LE
+/// position modulo the length, then the xor mask).
+pub fn apply_flips(file: &mut [u8], flips: &[u8]) {
+    if file.is_empty() {
+        return;
+    }
+    for f in flips.chunks_exact(3) {
+        let pos = u16::from_le_bytes([f[0], f[1]]) as usize % file.len();
+        file[pos] ^= f[2].max(1);
+    }
+}
+
+fn u64_at(b: &[u8], i: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?))
+}
+
+/// Recomputes every checksum of a table file (data blocks named by the
+/// index, filter, properties, index, footer) so that damage to the bytes
+/// they cover reaches the decoders instead of being stopped by the CRC.
+/// Handles that do not fit are left alone.
+pub fn fix_table_checksums(file: &mut [u8]) {
+    let Some(footer_at) = file.len().checked_sub(FOOTER_LEN) else {
+        return;
+    };
+    let f = footer_at;
+    let (Some(io), Some(il), Some(fo), Some(fl), Some(po), Some(pl)) = (
+        u64_at(file, f),
+        u64_at(file, f + 8),
+        u64_at(file, f + 16),
+        u64_at(file, f + 24),
+        u64_at(file, f + 32),
+        u64_at(file, f + 40),
+    ) else {
+        return;
+    };
+    let fix = |file: &mut [u8], off: u64, len: u64| {
+        let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
+            return;
+        };
+        let Some(end) = off.checked_add(len) else {
+            return;
+        };
+        if end.checked_add(4).is_none_or(|e| e > file.len()) {
+            return;
+        }
+        let crc = block_crc(&file[off..end]);
+        file[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    };
+    // Data blocks: walk the index block's entries (restart at every entry:
+    // shared = 0, unshared, value_len, key, value = varint offset, len).
+    if let (Ok(o), Ok(l)) = (usize::try_from(io), usize::try_from(il)) {
+        if let Some(index) = o
+            .checked_add(l)
+            .filter(|&e| e <= file.len())
+            .map(|e| file[o..e].to_vec())
+        {
+            let n = index
+                .len()
+                .checked_sub(4)
+                .and_then(|p| index.get(p..))
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                .unwrap_or(0);
+            let entries_end = index.len().saturating_sub(4 + 4 * n.min(index.len()));
+            let mut p = 0;
+            while p < entries_end {
+                let Some((_, q)) = get_varint64(&index, p) else {
+                    break;
+                };
+                let Some((unshared, q)) = get_varint64(&index, q) else {
+                    break;
+                };
+                let Some((vlen, q)) = get_varint64(&index, q) else {
+                    break;
+                };
+                let Some(v) = q.checked_add(unshared as usize) else {
+                    break;
+                };
+                let Some(end) = v.checked_add(vlen as usize).filter(|&e| e <= index.len()) else {
+                    break;
+                };
+                if let Some((bo, r)) = get_varint64(&index, v) {
+                    if let Some((bl, _)) = get_varint64(&index, r) {
+                        fix(file, bo, bl);
+                    }
+                }
+                p = end;
+            }
+        }
+    }
+    fix(file, fo, fl);
+    fix(file, po, pl);
+    fix(file, io, il);
+    let crc = block_crc(&file[f..f + 52]);
+    file[f + 52..f + 56].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Frames `payloads` as log records (`crc | len | payload`).
+pub fn frame_records(payloads: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in payloads {
+        let len = (p.len() as u32).to_le_bytes();
+        let mut h = crc32fast::Hasher::new();
+        h.update(&len);
+        h.update(p);
+        out.extend_from_slice(&h.finalize().to_le_bytes());
+        out.extend_from_slice(&len);
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// Encodes a write batch payload the way the log stores one:
+/// `first_seq u64 | count u32 | (kind u8 | key_len u32 | key | [value_len
+/// u32 | value])*`, keys and values taken from chunks of `data`.
+pub fn encode_batch(first_seq: u64, data: &[u8]) -> Vec<u8> {
+    let parts = chunks(data);
+    let mut out = Vec::new();
+    out.extend_from_slice(&first_seq.to_le_bytes());
+    let ops: Vec<_> = parts.chunks(2).collect();
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        let key = op[0];
+        let value = op.get(1).copied();
+        out.push(if value.is_some() { 1 } else { 0 });
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        if let Some(v) = value {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+    out
+}

@@ -1,0 +1,566 @@
+//! [`FaultFs`]: a [`FileSystem`] for tests that simulates power loss and
+//! fails chosen calls with I/O errors.
+//!
+//! # Durability model (close to ext4 / POSIX)
+//!
+//! * A file's **data** is durable up to the length it had at its last
+//!   successful [`WritableFile::sync`] (or [`FileSystem::truncate`], which
+//!   syncs). Bytes appended after that are *unsynced*: at a power cut the
+//!   file is cut back to its synced length. Files are append-only in
+//!   sievedb, so "the synced prefix" is exactly the durable content.
+//! * A **directory entry** (a create, rename or removal) is durable once the
+//!   directory holding it has been synced with [`FileSystem::sync_dir`]. At a
+//!   power cut every directory returns to its state at its last sync: files
+//!   created since then disappear (even if their data was synced), renames
+//!   since then are undone (the old name is back, with the content it had
+//!   when durable), removed files reappear with their durable content.
+//! * Directories themselves (`create_dir_all`) are always durable, and files
+//!   the engine does not create through the filesystem interface (the
+//!   `LOCK` file) are left alone.
+//! * Files that existed before a `FaultFs` first saw them are taken to be
+//!   durable as they are.
+//!
+//! Writes go straight through to the real files (so memory-mapped table
+//! reads and [`FileSystem::read`] see them, as they would see the page cache);
+//! the filesystem only tracks, per file, how much of it is synced, and per
+//! directory, which names are durable. [`FaultFs::power_cut`] freezes the
+//! filesystem (every later call fails with `EIO`, nothing more reaches the
+//! disk), and [`FaultFs::reboot`] then rewrites the directories to their
+//! durable state and makes the filesystem usable again.
+//!
+//! # Injected errors
+//!
+//! [`FaultFs::fail_nth`] makes the n-th matching call from now fail with
+//! `ENOSPC` ("disk full") or `EIO`. A failing append first writes the first
+//! half of its data (a torn write, as a full disk would leave), then fails;
+//! any other failing call changes nothing. Only that one call fails; later
+//! calls succeed (the disk got some space back).
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{FileSystem, WritableFile};
+
+/// The kinds of filesystem call a fault can be aimed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultOp {
+    /// [`FileSystem::create`] and [`FileSystem::open_append`].
+    Create,
+    /// [`WritableFile::append`].
+    Append,
+    /// [`WritableFile::sync`].
+    Sync,
+    /// [`FileSystem::rename`].
+    Rename,
+    /// [`FileSystem::remove_file`].
+    Remove,
+    /// [`FileSystem::sync_dir`].
+    SyncDir,
+    /// [`FileSystem::truncate`].
+    Truncate,
+}
+
+/// The error an injected fault returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// `ENOSPC`: no space left on device.
+    DiskFull,
+    /// `EIO`: an input/output error.
+    Io,
+}
+
+impl FaultKind {
+    fn error(self) -> io::Error {
+        match self {
+            FaultKind::DiskFull => io::Error::from_raw_os_error(libc::ENOSPC),
+            FaultKind::Io => io::Error::from_raw_os_error(libc::EIO),
+        }
+    }
+}
+
+/// How many calls of each kind a [`FaultFs`] has seen, and what it did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Mutating calls (everything but `read` and `list_dir`), including
+    /// failed ones.
+    pub mutations: u64,
+    /// `create` / `open_append` calls.
+    pub creates: u64,
+    /// `append` calls.
+    pub appends: u64,
+    /// Bytes appended.
+    pub bytes_appended: u64,
+    /// File `sync` calls.
+    pub syncs: u64,
+    /// `rename` calls.
+    pub renames: u64,
+    /// `remove_file` calls.
+    pub removes: u64,
+    /// `sync_dir` calls.
+    pub dir_syncs: u64,
+    /// `truncate` calls.
+    pub truncates: u64,
+    /// Errors injected by [`FaultFs::fail_nth`].
+    pub injected_errors: u64,
+    /// Power cuts applied by [`FaultFs::reboot`].
+    pub power_cuts: u64,
+    /// Unsynced bytes thrown away by power cuts.
+    pub bytes_lost: u64,
+    /// Files that vanished or reverted (entry not durable) at power cuts.
+    pub entries_reverted: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FailPlan {
+    op: Option<FaultOp>,
+    /// Matching calls still to pass before the failing one.
+    remaining: u64,
+    kind: FaultKind,
+}
+
+#[derive(Debug, Default)]
+struct Inode {
+    len: u64,
+    synced_len: u64,
+    /// Durable content kept when the inode left the namespace (removed or
+    /// replaced) while a durable directory entry still names it.
+    saved: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_inode: u64,
+    inodes: HashMap<u64, Inode>,
+    /// The namespace as programs see it: path -> inode.
+    live: HashMap<PathBuf, u64>,
+    /// The namespace as of each directory's last sync.
+    durable: HashMap<PathBuf, u64>,
+    /// Set by a power cut: every call fails until `reboot`.
+    frozen: bool,
+    /// Freeze when `mutations` reaches this value (before that call runs).
+    cut_at: Option<u64>,
+    fail: Option<FailPlan>,
+    /// Bumped at each reboot: handles from before it are dead.
+    generation: u64,
+    counts: FaultCounts,
+}
+
+fn dead() -> io::Error {
+    io::Error::other("power was cut (simulated): the filesystem is frozen until reboot")
+}
+
+impl State {
+    /// Counts a mutating call and decides whether it runs: `Err` if power
+    /// is (or now gets) cut or an injected fault hits it.
+    fn begin(&mut self, op: FaultOp) -> io::Result<()> {
+        if self.frozen {
+            return Err(dead());
+        }
+        self.counts.mutations += 1;
+        match op {
+            FaultOp::Create => self.counts.creates += 1,
+            FaultOp::Append => self.counts.appends += 1,
+            FaultOp::Sync => self.counts.syncs += 1,
+            FaultOp::Rename => self.counts.renames += 1,
+            FaultOp::Remove => self.counts.removes += 1,
+            FaultOp::SyncDir => self.counts.dir_syncs += 1,
+            FaultOp::Truncate => self.counts.truncates += 1,
+        }
+        if self.cut_at.is_some_and(|n| self.counts.mutations >= n) {
+            self.frozen = true;
+            self.cut_at = None;
+            return Err(dead());
+        }
+        if let Some(plan) = &mut self.fail {
+            if plan.op.is_none_or(|o| o == op) {
+                if plan.remaining == 0 {
+                    let kind = plan.kind;
+                    self.fail = None;
+                    self.counts.injected_errors += 1;
+                    return Err(kind.error());
+                }
+                plan.remaining -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn new_inode(&mut self, len: u64) -> u64 {
+        self.next_inode += 1;
+        let ino = self.next_inode;
+        self.inodes.insert(
+            ino,
+            Inode {
+                len,
+                synced_len: len,
+                saved: None,
+            },
+        );
+        ino
+    }
+
+    /// Starts tracking a file that exists on disk but was never seen: it
+    /// is taken to be durable as it is.
+    fn adopt(&mut self, path: &Path) {
+        if self.live.contains_key(path) {
+            return;
+        }
+        if let Ok(meta) = fs::metadata(path) {
+            if meta.is_file() {
+                let ino = self.new_inode(meta.len());
+                self.live.insert(path.to_path_buf(), ino);
+                self.durable.insert(path.to_path_buf(), ino);
+            }
+        }
+    }
+
+    /// The inode at `path` is leaving the namespace; if a durable entry
+    /// still names it, keep its durable content for a power cut.
+    fn unlink_live(&mut self, path: &Path) {
+        let Some(ino) = self.live.remove(path) else {
+            return;
+        };
+        if !self.durable.values().any(|&d| d == ino) {
+            return;
+        }
+        let Some(inode) = self.inodes.get_mut(&ino) else {
+            return;
+        };
+        if inode.saved.is_none() {
+            let mut bytes = fs::read(path).unwrap_or_default();
+            bytes.truncate(inode.synced_len as usize);
+            inode.saved = Some(bytes);
+        }
+    }
+}
+
+/// A [`FileSystem`] that simulates power loss and injects I/O errors, for
+/// tests (see the module docs for the durability model).
+///
+/// Cheap to clone: clones share one state, so a test keeps one handle and
+/// gives another to [`Options::fs`](crate::Options::fs).
+#[derive(Clone, Default)]
+pub struct FaultFs {
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for FaultFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock();
+        f.debug_struct("FaultFs")
+            .field("files", &s.live.len())
+            .field("frozen", &s.frozen)
+            .field("counts", &s.counts)
+            .finish()
+    }
+}
+
+impl FaultFs {
+    /// A fault-free filesystem with nothing tracked yet.
+    pub fn new() -> FaultFs {
+        FaultFs::default()
+    }
+
+    /// Makes the `n`-th call (1-based, counted from now) that matches `op`
+    /// (`None`: any mutating call) fail with `kind`. Replaces any earlier
+    /// plan. `n = 0` is [`Error::InvalidArgument`](crate::Error).
+    pub fn fail_nth(&self, op: Option<FaultOp>, n: u64, kind: FaultKind) -> crate::Result<()> {
+        let remaining = n
+            .checked_sub(1)
+            .ok_or_else(|| crate::Error::invalid("calls are counted from 1"))?;
+        self.state.lock().fail = Some(FailPlan {
+            op,
+            remaining,
+            kind,
+        });
+        Ok(())
+    }
+
+    /// Cuts the power just before the `n`-th mutating call (1-based, counted
+    /// from now): that call and every later one fail, as if the machine
+    /// stopped there. `n = 0` is [`Error::InvalidArgument`](crate::Error).
+    pub fn cut_power_at(&self, n: u64) -> crate::Result<()> {
+        if n == 0 {
+            return Err(crate::Error::invalid("calls are counted from 1"));
+        }
+        let mut s = self.state.lock();
+        s.cut_at = Some(s.counts.mutations.saturating_add(n));
+        Ok(())
+    }
+
+    /// Cuts the power now: every later call fails until [`reboot`](Self::reboot).
+    pub fn power_cut(&self) {
+        self.state.lock().frozen = true;
+    }
+
+    /// True once the power has been cut (and not yet rebooted).
+    pub fn is_cut(&self) -> bool {
+        self.state.lock().frozen
+    }
+
+    /// Removes any pending injected fault and scheduled cut.
+    pub fn clear_faults(&self) {
+        let mut s = self.state.lock();
+        s.fail = None;
+        s.cut_at = None;
+    }
+
+    /// The call counts so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.state.lock().counts
+    }
+
+    /// Brings the disk to what survives a power cut at this instant (see the
+    /// module docs): unsynced data dropped, undurable directory changes
+    /// undone. Clears the cut and any pending fault. Call it after dropping
+    /// every database using this filesystem (their handles stay dead).
+    pub fn reboot(&self) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.frozen = true; // nothing else gets in while the disk is rewritten
+        let by_inode: HashMap<u64, PathBuf> = s.live.iter().map(|(p, &i)| (i, p.clone())).collect();
+        let mut survivors: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+        let mut lost = 0u64;
+        let mut reverted = 0u64;
+        for (path, ino) in &s.durable {
+            let Some(inode) = s.inodes.get(ino) else {
+                continue;
+            };
+            let bytes = if let Some(saved) = &inode.saved {
+                reverted += 1;
+                saved.clone()
+            } else if let Some(live_path) = by_inode.get(ino) {
+                if live_path != path {
+                    reverted += 1;
+                }
+                let mut b = fs::read(live_path)?;
+                lost += (b.len() as u64).saturating_sub(inode.synced_len);
+                b.truncate(inode.synced_len as usize);
+                b
+            } else {
+                continue;
+            };
+            survivors.push((path.clone(), bytes));
+        }
+        for (path, ino) in &s.live {
+            if s.durable.get(path) != Some(ino) {
+                reverted += 1;
+                if !s.durable.values().any(|d| d == ino) {
+                    lost += s.inodes.get(ino).map_or(0, |i| i.len);
+                }
+            }
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        s.inodes.clear();
+        s.live.clear();
+        s.durable.clear();
+        for (path, bytes) in survivors {
+            fs::write(&path, &bytes)?;
+            let ino = s.new_inode(bytes.len() as u64);
+            s.live.insert(path.clone(), ino);
+            s.durable.insert(path, ino);
+        }
+        s.counts.power_cuts += 1;
+        s.counts.bytes_lost += lost;
+        s.counts.entries_reverted += reverted;
+        s.generation += 1;
+        s.fail = None;
+        s.cut_at = None;
+        s.frozen = false;
+        Ok(())
+    }
+
+    fn open_tracked(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>> {
+        let mut s = self.state.lock();
+        s.begin(FaultOp::Create)?;
+        s.adopt(path);
+        if truncate {
+            // A truncating create replaces the file: the old content stays
+            // durable under this name until the directory is synced. Saved
+            // before the open below empties the file.
+            s.unlink_live(path);
+        }
+        let file = if truncate {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(path)?
+        } else {
+            OpenOptions::new().append(true).create(true).open(path)?
+        };
+        let ino = match s.live.get(path) {
+            Some(&ino) if !truncate => ino,
+            _ => {
+                let ino = s.new_inode(0);
+                if let Some(inode) = s.inodes.get_mut(&ino) {
+                    inode.synced_len = 0;
+                }
+                s.live.insert(path.to_path_buf(), ino);
+                ino
+            }
+        };
+        Ok(Box::new(FaultFile {
+            state: Arc::clone(&self.state),
+            file,
+            inode: ino,
+            generation: s.generation,
+        }))
+    }
+}
+
+struct FaultFile {
+    state: Arc<Mutex<State>>,
+    file: File,
+    inode: u64,
+    generation: u64,
+}
+
+impl WritableFile for FaultFile {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut s = self.state.lock();
+        if s.generation != self.generation {
+            return Err(dead());
+        }
+        if let Err(e) = s.begin(FaultOp::Append) {
+            if e.raw_os_error().is_some() {
+                // An injected fault: a torn write of the first half.
+                let part = &data[..data.len() / 2];
+                self.file.write_all(part)?;
+                if let Some(inode) = s.inodes.get_mut(&self.inode) {
+                    inode.len += part.len() as u64;
+                }
+            }
+            return Err(e);
+        }
+        self.file.write_all(data)?;
+        s.counts.bytes_appended += data.len() as u64;
+        if let Some(inode) = s.inodes.get_mut(&self.inode) {
+            inode.len += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        let mut s = self.state.lock();
+        if s.generation != self.generation {
+            return Err(dead());
+        }
+        s.begin(FaultOp::Sync)?;
+        // No real fsync: durability is what this filesystem simulates.
+        if let Some(inode) = s.inodes.get_mut(&self.inode) {
+            inode.synced_len = inode.len;
+        }
+        Ok(())
+    }
+}
+
+impl FileSystem for FaultFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let s = self.state.lock();
+        if s.frozen {
+            return Err(dead());
+        }
+        fs::create_dir_all(path)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.open_tracked(path, true)
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.open_tracked(path, false)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let s = self.state.lock();
+        if s.frozen {
+            return Err(dead());
+        }
+        let mut out = Vec::new();
+        File::open(path)?.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.begin(FaultOp::Rename)?;
+        s.adopt(from);
+        s.adopt(to);
+        fs::rename(from, to)?;
+        s.unlink_live(to);
+        if let Some(ino) = s.live.remove(from) {
+            s.live.insert(to.to_path_buf(), ino);
+        }
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.begin(FaultOp::Remove)?;
+        s.adopt(path);
+        // Keep the durable content before the bytes go away.
+        if s.live.contains_key(path) {
+            let had = s.live.get(path).copied();
+            s.unlink_live(path);
+            if let Err(e) = fs::remove_file(path) {
+                if let Some(ino) = had {
+                    s.live.insert(path.to_path_buf(), ino);
+                }
+                return Err(e);
+            }
+            return Ok(());
+        }
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.begin(FaultOp::SyncDir)?;
+        let in_dir = |p: &Path| p.parent() == Some(path);
+        s.durable.retain(|p, _| !in_dir(p));
+        let now: Vec<(PathBuf, u64)> = s
+            .live
+            .iter()
+            .filter(|(p, _)| in_dir(p))
+            .map(|(p, &i)| (p.clone(), i))
+            .collect();
+        s.durable.extend(now);
+        // Inodes no entry names any more need no saved content.
+        let named: std::collections::HashSet<u64> =
+            s.durable.values().chain(s.live.values()).copied().collect();
+        s.inodes.retain(|ino, _| named.contains(ino));
+        Ok(())
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        {
+            let s = self.state.lock();
+            if s.frozen {
+                return Err(dead());
+            }
+        }
+        super::RealFs.list_dir(path)
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut s = self.state.lock();
+        s.begin(FaultOp::Truncate)?;
+        s.adopt(path);
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_len(len)?;
+        if let Some(inode) = s.live.get(path).copied().and_then(|i| s.inodes.get_mut(&i)) {
+            inode.len = inode.len.min(len);
+            inode.synced_len = inode.len;
+        }
+        Ok(())
+    }
+}
