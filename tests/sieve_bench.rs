@@ -33,7 +33,8 @@ fn run_bench(dir: &Path, extra: &[&str]) -> Value {
     );
     let svg = std::fs::read_to_string(&chart).expect("chart written");
     assert!(svg.contains("<svg"), "chart is not an SVG");
-    serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("valid json")
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+        .expect("valid json")
 }
 
 fn f(v: &Value, path: &[&str]) -> f64 {
@@ -73,7 +74,14 @@ fn default_workloads_agree_with_the_table_shape() {
 
     for policy in ["bloom", "ribbon", "none"] {
         let run = run_of(&report, policy);
-        for name in ["fillrandom", "compact", "readrandom", "readmissing", "readzipf", "scan"] {
+        for name in [
+            "fillrandom",
+            "compact",
+            "readrandom",
+            "readmissing",
+            "readzipf",
+            "scan",
+        ] {
             let p = phase(run, name);
             assert!(f(p, &["ops_per_sec"]) > 0.0, "{policy} {name} ops/s");
         }
@@ -87,7 +95,10 @@ fn default_workloads_agree_with_the_table_shape() {
 
         let m = &run["missing"];
         let covering = f(m, &["covering_tables_per_get"]);
-        assert!(covering >= 1.0, "{policy}: every missing key sits inside some table");
+        assert!(
+            covering >= 1.0,
+            "{policy}: every missing key sits inside some table"
+        );
         // A missing key is checked against every table covering it.
         assert!(
             (f(m, &["filter_checks_per_get"]) - covering).abs() < 1e-9,
@@ -116,13 +127,28 @@ fn default_workloads_agree_with_the_table_shape() {
     let ribbon = run_of(&report, "ribbon");
     let none = run_of(&report, "none");
     let fb = |r: &Value| f(r, &["shape", "filter_bytes"]);
-    assert!(fb(ribbon) > 0.0 && fb(ribbon) < fb(bloom), "ribbon {} vs bloom {}", fb(ribbon), fb(bloom));
+    assert!(
+        fb(ribbon) > 0.0 && fb(ribbon) < fb(bloom),
+        "ribbon {} vs bloom {}",
+        fb(ribbon),
+        fb(bloom)
+    );
     assert_eq!(fb(none), 0.0);
     let bpk = f(bloom, &["shape", "filter_bits_per_key"]);
     assert!((9.0..=11.5).contains(&bpk), "bloom bits/key {bpk}");
     let miss = |r: &Value| f(r, &["missing", "measured_blocks_per_get"]);
-    assert!(miss(bloom) < miss(none), "bloom {} vs none {}", miss(bloom), miss(none));
-    assert!(miss(bloom) <= 0.05 * miss(none), "bloom {} vs none {}", miss(bloom), miss(none));
+    assert!(
+        miss(bloom) < miss(none),
+        "bloom {} vs none {}",
+        miss(bloom),
+        miss(none)
+    );
+    assert!(
+        miss(bloom) <= 0.05 * miss(none),
+        "bloom {} vs none {}",
+        miss(bloom),
+        miss(none)
+    );
     // Scans return the requested number of entries (starts near the end
     // return fewer).
     let scan = phase(bloom, "scan");
@@ -134,7 +160,15 @@ fn cold_mode_reports_device_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_bench(
         dir.path(),
-        &["--cold", "--filter", "bloom", "--reads", "2000", "--benchmarks", "fillseq,compact,readrandom,readmissing"],
+        &[
+            "--cold",
+            "--filter",
+            "bloom",
+            "--reads",
+            "2000",
+            "--benchmarks",
+            "fillseq,compact,readrandom,readmissing",
+        ],
     );
     assert_eq!(report["cold"], true);
     let run = run_of(&report, "bloom");
@@ -142,7 +176,11 @@ fn cold_mode_reports_device_bytes() {
         let p = phase(run, name);
         assert_eq!(p["cold"], true);
         if Path::new("/proc/self/io").exists() {
-            assert!(p["device_read_bytes"].is_u64(), "{name}: {}", p["device_read_bytes"]);
+            assert!(
+                p["device_read_bytes"].is_u64(),
+                "{name}: {}",
+                p["device_read_bytes"]
+            );
         }
     }
     assert_eq!(f(phase(run, "readrandom"), &["found"]), 2000.0);

@@ -84,7 +84,9 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     scan_len: usize,
     /// Comma-separated workloads, run in order: fillrandom, fillseq,
-    /// compact, readrandom, readmissing, readzipf, scan.
+    /// compact (flush, then compact until balanced), compactall (flush,
+    /// then rewrite everything into one level), readrandom, readmissing,
+    /// readzipf, scan.
     #[arg(
         long,
         value_delimiter = ',',
@@ -185,7 +187,9 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         }
     }
     if args.engine.is_empty() {
-        return Err(BenchError::Invalid("--engine needs at least one engine".into()));
+        return Err(BenchError::Invalid(
+            "--engine needs at least one engine".into(),
+        ));
     }
     let policies = match args.filter {
         FilterArg::Bloom => vec![PolicyKind::Bloom],
@@ -210,7 +214,11 @@ fn open_engine(
     bits_per_key: f64,
 ) -> BenchResult<Option<Box<dyn Engine>>> {
     match name {
-        "sievedb" => Ok(Some(Box::new(SieveEngine::open(dir, policy, bits_per_key)?))),
+        "sievedb" => Ok(Some(Box::new(SieveEngine::open(
+            dir,
+            policy,
+            bits_per_key,
+        )?))),
         #[cfg(feature = "peers")]
         "rocksdb" => Ok(Some(Box::new(peers::RocksEngine::open(
             dir,
@@ -298,12 +306,15 @@ fn run_one(
             cold::evict_dir(&dir)?;
         }
         let result = match w.as_str() {
-            "fillrandom" => workload::fill(engine.as_ref(), ks, w, &label, threads, &ks.shuffled())?,
+            "fillrandom" => {
+                workload::fill(engine.as_ref(), ks, w, &label, threads, &ks.shuffled())?
+            }
             "fillseq" => {
                 let order: Vec<u64> = (0..ks.num).collect();
                 workload::fill(engine.as_ref(), ks, w, &label, threads, &order)?
             }
-            "compact" => workload::compact(engine.as_ref(), &label)?,
+            "compact" => workload::compact(engine.as_ref(), &label, false)?,
+            "compactall" => workload::compact(engine.as_ref(), &label, true)?,
             "readrandom" => {
                 let idx = ks.uniform("readrandom", plan.reads);
                 workload::read_present(engine.as_ref(), ks, w, &label, threads, &idx, args.cold)?
@@ -314,7 +325,8 @@ fn run_one(
             }
             "readmissing" => {
                 let idx = ks.uniform("readmissing", plan.reads);
-                let r = workload::read_missing(engine.as_ref(), ks, &label, threads, &idx, args.cold)?;
+                let r =
+                    workload::read_missing(engine.as_ref(), ks, &label, threads, &idx, args.cold)?;
                 if let (Some(io), Some((_, tables))) = (r.io, shape.as_ref()) {
                     let covering = covering_tables(ks, tables, &idx);
                     let fp = theoretical_fp_rate(policy, args.bits_per_key)?;
@@ -333,7 +345,15 @@ fn run_one(
             }
             "scan" => {
                 let starts = ks.uniform("scan", plan.scans);
-                workload::scan(engine.as_ref(), ks, &label, threads, &starts, args.scan_len, args.cold)?
+                workload::scan(
+                    engine.as_ref(),
+                    ks,
+                    &label,
+                    threads,
+                    &starts,
+                    args.scan_len,
+                    args.cold,
+                )?
             }
             other => return Err(BenchError::Invalid(format!("unknown workload {other:?}"))),
         };
@@ -406,7 +426,11 @@ fn main() -> std::process::ExitCode {
         args.value_size,
         report.reads,
         report.threads,
-        if report.cold { ", cold cache" } else { ", warm cache" },
+        if report.cold {
+            ", cold cache"
+        } else {
+            ", warm cache"
+        },
         report.machine.cpus,
         report.machine.cpu_model,
         report.machine.kernel
@@ -435,7 +459,12 @@ fn main() -> std::process::ExitCode {
         match res {
             Ok(()) => println!(
                 "wrote {what}: {}",
-                if what == "json" { &args.json } else { &args.chart }.display()
+                if what == "json" {
+                    &args.json
+                } else {
+                    &args.chart
+                }
+                .display()
             ),
             Err(e) => {
                 eprintln!("sieve-bench: {e}");

@@ -60,7 +60,9 @@ impl ReadIo {
         ReadIo {
             gets: self.gets.saturating_sub(before.gets),
             filter_checks: self.filter_checks.saturating_sub(before.filter_checks),
-            filter_negatives: self.filter_negatives.saturating_sub(before.filter_negatives),
+            filter_negatives: self
+                .filter_negatives
+                .saturating_sub(before.filter_negatives),
             filter_false_positives: self
                 .filter_false_positives
                 .saturating_sub(before.filter_false_positives),
@@ -70,7 +72,9 @@ impl ReadIo {
             get_data_block_reads: self
                 .get_data_block_reads
                 .saturating_sub(before.get_data_block_reads),
-            data_block_reads: self.data_block_reads.saturating_sub(before.data_block_reads),
+            data_block_reads: self
+                .data_block_reads
+                .saturating_sub(before.data_block_reads),
             bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
         }
     }
@@ -110,8 +114,10 @@ pub trait Engine: Sync {
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()>;
     /// The value of `key`, if present.
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
-    /// Writes the memtable to tables and compacts the tree.
-    fn flush_compact(&self) -> BenchResult<()>;
+    /// Writes the memtable to tables and compacts the tree: until no level
+    /// is over its target (`full == false`; engines without that notion
+    /// compact fully), or everything into one level (`full == true`).
+    fn flush_compact(&self, full: bool) -> BenchResult<()>;
     /// Reads up to `limit` entries from the first key `>= start`; calls
     /// `visit` on each key and returns how many were read.
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize>;
@@ -122,7 +128,8 @@ pub trait Engine: Sync {
     /// Closes the engine, runs `between` (e.g. page-cache eviction) with the
     /// engine's directory while nothing holds its files open or mapped, then
     /// reopens it. Drops every in-process cache.
-    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>) -> BenchResult<()>;
+    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>)
+        -> BenchResult<()>;
 }
 
 /// Builds the sievedb filter policy for `kind`.
@@ -154,8 +161,10 @@ pub struct SieveEngine {
 impl SieveEngine {
     /// Opens (creating) a database in `dir`.
     pub fn open(dir: &Path, kind: PolicyKind, bits_per_key: f64) -> BenchResult<SieveEngine> {
-        let mut opts = Options::default();
-        opts.filter_policy = sieve_policy(kind, bits_per_key)?;
+        let opts = Options {
+            filter_policy: sieve_policy(kind, bits_per_key)?,
+            ..Options::default()
+        };
         let db = Db::open(dir, opts.clone())?;
         Ok(SieveEngine {
             dir: dir.to_path_buf(),
@@ -184,10 +193,14 @@ impl Engine for SieveEngine {
         Ok(self.db()?.get(key)?)
     }
 
-    fn flush_compact(&self) -> BenchResult<()> {
+    fn flush_compact(&self, full: bool) -> BenchResult<()> {
         let db = self.db()?;
         db.flush()?;
-        db.compact()?;
+        if full {
+            db.compact_all()?;
+        } else {
+            db.compact()?;
+        }
         Ok(())
     }
 
@@ -217,7 +230,10 @@ impl Engine for SieveEngine {
         }
     }
 
-    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>) -> BenchResult<()> {
+    fn reopen_with(
+        &mut self,
+        between: &mut dyn FnMut(&Path) -> BenchResult<()>,
+    ) -> BenchResult<()> {
         if let Some(db) = self.db.take() {
             db.close()?;
         }

@@ -239,7 +239,10 @@ mod tests {
             Err(BenchError::Invalid(_))
         ));
         assert!(KeySpace::new(1_000_000, 7, 8, 1).is_ok());
-        assert!(matches!(KeySpace::new(0, 16, 8, 1), Err(BenchError::Invalid(_))));
+        assert!(matches!(
+            KeySpace::new(0, 16, 8, 1),
+            Err(BenchError::Invalid(_))
+        ));
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Engine for RocksEngine {
             .map_err(|e| peer_err("rocksdb")(e.to_string()))
     }
 
-    fn flush_compact(&self) -> BenchResult<()> {
+    fn flush_compact(&self, _full: bool) -> BenchResult<()> {
         let db = self.db()?;
         db.flush().map_err(|e| peer_err("rocksdb")(e.to_string()))?;
         db.compact_range::<&[u8], &[u8]>(None, None);
@@ -109,7 +109,10 @@ impl Engine for RocksEngine {
         }
     }
 
-    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>) -> BenchResult<()> {
+    fn reopen_with(
+        &mut self,
+        between: &mut dyn FnMut(&Path) -> BenchResult<()>,
+    ) -> BenchResult<()> {
         drop(self.db.take());
         between(&self.dir)?;
         self.db = Some(
@@ -150,7 +153,11 @@ fn fjall_open(
 impl FjallEngine {
     /// Opens (creating) a fjall keyspace in `dir`; `None` for Ribbon, which
     /// fjall does not have.
-    pub fn open(dir: &Path, policy: PolicyKind, bits_per_key: f64) -> BenchResult<Option<FjallEngine>> {
+    pub fn open(
+        dir: &Path,
+        policy: PolicyKind,
+        bits_per_key: f64,
+    ) -> BenchResult<Option<FjallEngine>> {
         let bloom_bits = match policy {
             PolicyKind::Ribbon => return Ok(None),
             PolicyKind::None => None,
@@ -197,7 +204,7 @@ impl Engine for FjallEngine {
             .map(|v| v.to_vec()))
     }
 
-    fn flush_compact(&self) -> BenchResult<()> {
+    fn flush_compact(&self, _full: bool) -> BenchResult<()> {
         let part = self.part()?;
         part.rotate_memtable_and_wait()
             .map_err(|e| peer_err("fjall")(e.to_string()))?;
@@ -231,7 +238,10 @@ impl Engine for FjallEngine {
         }
     }
 
-    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>) -> BenchResult<()> {
+    fn reopen_with(
+        &mut self,
+        between: &mut dyn FnMut(&Path) -> BenchResult<()>,
+    ) -> BenchResult<()> {
         if let Some((keyspace, part)) = self.handles.take() {
             keyspace
                 .persist(fjall::PersistMode::SyncAll)

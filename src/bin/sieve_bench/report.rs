@@ -188,10 +188,7 @@ pub fn main_table(report: &Report) -> String {
         if report.cold {
             let dev = |p: Option<&PhaseResult>| {
                 fmt_opt(
-                    p.and_then(|p| {
-                        p.device_read_bytes
-                            .map(|b| b as f64 / p.ops.max(1) as f64)
-                    }),
+                    p.and_then(|p| p.device_read_bytes.map(|b| b as f64 / p.ops.max(1) as f64)),
                     0,
                 )
             };
@@ -205,19 +202,30 @@ pub fn main_table(report: &Report) -> String {
 /// Every phase of every run: ops/s and latency.
 pub fn phase_table(report: &Report) -> String {
     let mut out = format!(
-        "{:<8} {:<7} {:<12} {:>9} {:>9} {:>12} {:>10} {:>10} {:>12} {:>14}\n",
-        "engine", "policy", "phase", "ops", "secs", "ops/s", "p50 us", "p99 us", "blk/op", "dev bytes"
+        "{:<8} {:<7} {:<12} {:>9} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12} {:>14}\n",
+        "engine",
+        "policy",
+        "phase",
+        "ops",
+        "secs",
+        "ops/s",
+        "mean us",
+        "p50 us",
+        "p99 us",
+        "blk/op",
+        "dev bytes"
     );
     for run in &report.runs {
         for p in &run.phases {
             out.push_str(&format!(
-                "{:<8} {:<7} {:<12} {:>9} {:>9.3} {:>12.0} {:>10.2} {:>10.2} {:>12} {:>14}\n",
+                "{:<8} {:<7} {:<12} {:>9} {:>9.3} {:>12.0} {:>10.2} {:>10.2} {:>10.2} {:>12} {:>14}\n",
                 run.engine,
                 run.policy,
                 p.name,
                 p.ops,
                 p.seconds,
                 p.ops_per_sec,
+                p.mean_us,
                 p.p50_us,
                 p.p99_us,
                 fmt_opt(
@@ -269,7 +277,9 @@ pub fn peer_table(report: &Report) -> Option<String> {
                     .and_then(|r| r.phase(w))
                     .map(|p| p.ops_per_sec)
             };
-            let Some(sieve) = ops("sievedb") else { continue };
+            let Some(sieve) = ops("sievedb") else {
+                continue;
+            };
             out.push_str(&format!("{w:<12} {pol:<7}"));
             for e in &engines {
                 out.push_str(&format!(" {:>14}", fmt_opt(ops(e), 0)));
@@ -314,8 +324,12 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
         .map(|r| {
             (
                 r.policy.clone(),
-                r.missing.as_ref().map_or(0.0, |m| m.measured_blocks_per_get),
-                r.shape.as_ref().map_or(0.0, |s| s.filter_bytes as f64 / 1024.0),
+                r.missing
+                    .as_ref()
+                    .map_or(0.0, |m| m.measured_blocks_per_get),
+                r.shape
+                    .as_ref()
+                    .map_or(0.0, |s| s.filter_bytes as f64 / 1024.0),
             )
         })
         .collect();
@@ -335,15 +349,16 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
         .titled(&title, ("sans-serif", 20))
         .map_err(|e| out_err(e.to_string()))?;
     let panels = root.split_evenly((1, 2));
-    let specs: [(&str, fn(&(String, f64, f64)) -> f64, &str); 2] = [
-        (
-            "data blocks read per missing get",
-            |b| b.1,
-            "blocks / get",
-        ),
+    type Value = fn(&(String, f64, f64)) -> f64;
+    let specs: [(&str, Value, &str); 2] = [
+        ("data blocks read per missing get", |b| b.1, "blocks / get"),
         ("filter memory", |b| b.2, "KiB"),
     ];
-    let colors = [RGBColor(52, 101, 164), RGBColor(115, 210, 22), RGBColor(204, 0, 0)];
+    let colors = [
+        RGBColor(52, 101, 164),
+        RGBColor(115, 210, 22),
+        RGBColor(204, 0, 0),
+    ];
     for (panel, (caption, value, unit)) in panels.iter().zip(specs) {
         let max = bars.iter().map(value).fold(0.0f64, f64::max).max(1e-6) * 1.2;
         let mut chart = ChartBuilder::on(panel)
@@ -382,8 +397,14 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
                 .map_err(|e| out_err(e.to_string()))?;
             chart
                 .draw_series(std::iter::once(Text::new(
-                    if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.4}") },
-                    (x0, v + max * 0.02),
+                    if v == 0.0 {
+                        "0".to_string()
+                    } else if v >= 100.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v:.4}")
+                    },
+                    (x0, v + max * 0.07),
                     ("sans-serif", 14),
                 )))
                 .map_err(|e| out_err(e.to_string()))?;

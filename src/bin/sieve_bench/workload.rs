@@ -17,6 +17,7 @@ pub const WORKLOADS: &[&str] = &[
     "fillrandom",
     "fillseq",
     "compact",
+    "compactall",
     "readrandom",
     "readmissing",
     "readzipf",
@@ -37,6 +38,10 @@ pub struct PhaseResult {
     pub seconds: f64,
     /// `ops / seconds`.
     pub ops_per_sec: f64,
+    /// Mean latency of one operation, microseconds (on a shared machine
+    /// the gap between mean and `seconds / ops` is time the threads were
+    /// not running an operation, e.g. descheduled).
+    pub mean_us: f64,
     /// Median latency of one operation, microseconds.
     pub p50_us: f64,
     /// 99th-percentile latency of one operation, microseconds.
@@ -76,9 +81,9 @@ struct OpOutcome {
 
 fn progress(label: &str, len: u64) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template(
-        "{msg:28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
-    ) {
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(label.to_string());
@@ -152,6 +157,11 @@ where
         found += f;
     }
     latencies.sort_unstable();
+    let mean_us = if latencies.is_empty() {
+        0.0
+    } else {
+        latencies.iter().map(|&n| n as f64).sum::<f64>() / latencies.len() as f64 / 1000.0
+    };
     let io = match (io_before, engine.read_io()) {
         (Some(b), Some(a)) => Some(a.since(&b)),
         _ => None,
@@ -165,7 +175,12 @@ where
         name: name.to_string(),
         ops,
         seconds,
-        ops_per_sec: if seconds > 0.0 { ops as f64 / seconds } else { 0.0 },
+        ops_per_sec: if seconds > 0.0 {
+            ops as f64 / seconds
+        } else {
+            0.0
+        },
+        mean_us,
         p50_us: percentile(&latencies, 50),
         p99_us: percentile(&latencies, 99),
         found,
@@ -207,11 +222,13 @@ pub fn fill(
     })
 }
 
-/// Flushes and compacts, timed as one operation.
-pub fn compact(engine: &dyn Engine, label: &str) -> BenchResult<PhaseResult> {
-    run_phase(engine, "compact", label, 1, &[0], false, |_, _| {
+/// Flushes and compacts (`full`: rewrites every table into one level),
+/// timed as one operation.
+pub fn compact(engine: &dyn Engine, label: &str, full: bool) -> BenchResult<PhaseResult> {
+    let name = if full { "compactall" } else { "compact" };
+    run_phase(engine, name, label, 1, &[0], false, |_, _| {
         let t = Instant::now();
-        engine.flush_compact()?;
+        engine.flush_compact(full)?;
         Ok(OpOutcome {
             nanos: elapsed_nanos(t),
             found: 0,
@@ -253,16 +270,24 @@ pub fn read_missing(
     indices: &[u64],
     cold: bool,
 ) -> BenchResult<PhaseResult> {
-    run_phase(engine, "readmissing", label, threads, indices, cold, |i, s| {
-        ks.missing_key(i, &mut s.key);
-        let t = Instant::now();
-        let got = engine.get(&s.key)?;
-        let nanos = elapsed_nanos(t);
-        match got {
-            None => Ok(OpOutcome { nanos, found: 0 }),
-            Some(_) => Err(wrong(engine, format!("missing key {} found", 2 * i + 1))),
-        }
-    })
+    run_phase(
+        engine,
+        "readmissing",
+        label,
+        threads,
+        indices,
+        cold,
+        |i, s| {
+            ks.missing_key(i, &mut s.key);
+            let t = Instant::now();
+            let got = engine.get(&s.key)?;
+            let nanos = elapsed_nanos(t);
+            match got {
+                None => Ok(OpOutcome { nanos, found: 0 }),
+                Some(_) => Err(wrong(engine, format!("missing key {} found", 2 * i + 1))),
+            }
+        },
+    )
 }
 
 /// Range scans of up to `len` entries starting at loaded keys `starts`; each
@@ -293,10 +318,16 @@ pub fn scan(
         let nanos = elapsed_nanos(t);
         let want = (ks.num - i).min(len as u64);
         if let Some(at) = bad {
-            return Err(wrong(engine, format!("scan from loaded key {i}: wrong key where loaded key {at} belongs")));
+            return Err(wrong(
+                engine,
+                format!("scan from loaded key {i}: wrong key where loaded key {at} belongs"),
+            ));
         }
         if n as u64 != want {
-            return Err(wrong(engine, format!("scan from loaded key {i} returned {n} entries, expected {want}")));
+            return Err(wrong(
+                engine,
+                format!("scan from loaded key {i} returned {n} entries, expected {want}"),
+            ));
         }
         Ok(OpOutcome {
             nanos,
