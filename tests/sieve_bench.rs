@@ -207,7 +207,7 @@ fn bad_arguments_are_rejected_with_a_message() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("invalid argument"), "{args:?}: {err}");
     }
-    if !cfg!(feature = "peers") {
+    if !cfg!(feature = "peer-rocksdb") {
         let out = Command::new(BIN)
             .args(["--engine", "sievedb,rocksdb", "--num", "100"])
             .arg("--dir")

@@ -20,7 +20,7 @@ mod engine;
 mod error;
 #[path = "sieve_bench/keys.rs"]
 mod keys;
-#[cfg(feature = "peers")]
+#[cfg(any(feature = "peer-rocksdb", feature = "peer-fjall"))]
 #[path = "sieve_bench/peers.rs"]
 mod peers;
 #[path = "sieve_bench/report.rs"]
@@ -171,7 +171,8 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     for e in &args.engine {
         match e.as_str() {
             "sievedb" => {}
-            "rocksdb" | "fjall" if cfg!(feature = "peers") => {}
+            "rocksdb" if cfg!(feature = "peer-rocksdb") => {}
+            "fjall" if cfg!(feature = "peer-fjall") => {}
             "rocksdb" | "fjall" => {
                 return Err(BenchError::Invalid(format!(
                     "engine {e} needs the `peers` feature: \
@@ -219,13 +220,13 @@ fn open_engine(
             policy,
             bits_per_key,
         )?))),
-        #[cfg(feature = "peers")]
+        #[cfg(feature = "peer-rocksdb")]
         "rocksdb" => Ok(Some(Box::new(peers::RocksEngine::open(
             dir,
             policy,
             bits_per_key,
         )?))),
-        #[cfg(feature = "peers")]
+        #[cfg(feature = "peer-fjall")]
         "fjall" => peers::FjallEngine::open(dir, policy, bits_per_key)
             .map(|e| e.map(|e| Box::new(e) as Box<dyn Engine>)),
         other => Err(BenchError::Invalid(format!("unknown engine {other:?}"))),

@@ -30,7 +30,10 @@ pub enum BenchError {
         what: String,
     },
     /// A peer engine returned an error.
-    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "peer-rocksdb", feature = "peer-fjall")),
+        allow(dead_code)
+    )]
     #[error("{engine}: {message}")]
     Peer {
         /// The engine.

@@ -1,5 +1,6 @@
-//! Peer engines for side-by-side runs (`--features peers`): RocksDB through
-//! the `rocksdb` crate and fjall. Both are configured like sievedb's
+//! Peer engines for side-by-side runs (`--features peers`, or one of
+//! `peer-rocksdb` / `peer-fjall`): RocksDB through the `rocksdb` crate and
+//! fjall. Both are configured like sievedb's
 //! defaults where the knob exists: 4 KiB data blocks, no compression, 4 MiB
 //! write buffer, writes not synced, the filter at `--bits-per-key`.
 
@@ -12,6 +13,7 @@ fn peer_err(engine: &'static str) -> impl Fn(String) -> BenchError {
     move |message| BenchError::Peer { engine, message }
 }
 
+#[cfg(feature = "peer-rocksdb")]
 /// RocksDB: block-based tables with its full-filter Bloom (`--bits-per-key`),
 /// its Ribbon (`NewRibbonFilterPolicy(bits_per_key)`, the same
 /// false-positive rate), or no filter.
@@ -21,6 +23,7 @@ pub struct RocksEngine {
     db: Option<rocksdb::DB>,
 }
 
+#[cfg(feature = "peer-rocksdb")]
 impl RocksEngine {
     /// Opens (creating) a RocksDB database in `dir`.
     pub fn open(dir: &Path, policy: PolicyKind, bits_per_key: f64) -> BenchResult<RocksEngine> {
@@ -51,6 +54,7 @@ impl RocksEngine {
     }
 }
 
+#[cfg(feature = "peer-rocksdb")]
 impl Engine for RocksEngine {
     fn name(&self) -> &'static str {
         "rocksdb"
@@ -123,6 +127,7 @@ impl Engine for RocksEngine {
     }
 }
 
+#[cfg(feature = "peer-fjall")]
 /// fjall: one partition with its Bloom filter at `--bits-per-key` (whole
 /// numbers up to 20), or none. fjall has no Ribbon filter.
 pub struct FjallEngine {
@@ -131,6 +136,7 @@ pub struct FjallEngine {
     handles: Option<(fjall::Keyspace, fjall::PartitionHandle)>,
 }
 
+#[cfg(feature = "peer-fjall")]
 fn fjall_open(
     dir: &Path,
     bloom_bits: Option<u8>,
@@ -150,6 +156,7 @@ fn fjall_open(
     Ok((keyspace, part))
 }
 
+#[cfg(feature = "peer-fjall")]
 impl FjallEngine {
     /// Opens (creating) a fjall keyspace in `dir`; `None` for Ribbon, which
     /// fjall does not have.
@@ -185,6 +192,7 @@ impl FjallEngine {
     }
 }
 
+#[cfg(feature = "peer-fjall")]
 impl Engine for FjallEngine {
     fn name(&self) -> &'static str {
         "fjall"

@@ -241,27 +241,36 @@ pub fn phase_table(report: &Report) -> String {
 }
 
 /// Side-by-side ratios: for every workload and policy, each engine's ops/s
-/// and sievedb's ops/s divided by it.
+/// and median latency, and sievedb's speed relative to each peer (ops/s
+/// ratio and inverse p50 ratio: above 1 means sievedb is faster).
 pub fn peer_table(report: &Report) -> Option<String> {
-    let engines: Vec<&str> = {
-        let mut e: Vec<&str> = report.runs.iter().map(|r| r.engine.as_str()).collect();
-        e.dedup();
-        e
-    };
+    let mut engines: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !engines.contains(&r.engine.as_str()) {
+            engines.push(r.engine.as_str());
+        }
+    }
     if engines.len() < 2 {
         return None;
     }
     let mut out = format!("{:<12} {:<7}", "workload", "policy");
     for e in &engines {
-        out.push_str(&format!(" {:>14}", format!("{e} ops/s")));
+        out.push_str(&format!(" {:>16} {:>12}", format!("{e} ops/s"), "p50 us"));
     }
     for e in engines.iter().filter(|e| **e != "sievedb") {
-        out.push_str(&format!(" {:>16}", format!("sievedb/{e}")));
+        out.push_str(&format!(
+            " {:>18} {:>18}",
+            format!("ops/s sieve/{e}"),
+            format!("p50 {e}/sieve")
+        ));
     }
     out.push('\n');
-    let mut policies: Vec<&str> = report.runs.iter().map(|r| r.policy.as_str()).collect();
-    policies.sort_unstable();
-    policies.dedup();
+    let mut policies: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !policies.contains(&r.policy.as_str()) {
+            policies.push(r.policy.as_str());
+        }
+    }
     let workloads: Vec<&str> = report
         .runs
         .first()
@@ -269,25 +278,39 @@ pub fn peer_table(report: &Report) -> Option<String> {
         .unwrap_or_default();
     for w in &workloads {
         for pol in &policies {
-            let ops = |e: &str| {
+            let phase = |e: &str| {
                 report
                     .runs
                     .iter()
                     .find(|r| r.engine == e && r.policy == *pol)
                     .and_then(|r| r.phase(w))
-                    .map(|p| p.ops_per_sec)
             };
-            let Some(sieve) = ops("sievedb") else {
+            let Some(sieve) = phase("sievedb") else {
                 continue;
             };
             out.push_str(&format!("{w:<12} {pol:<7}"));
             for e in &engines {
-                out.push_str(&format!(" {:>14}", fmt_opt(ops(e), 0)));
+                let p = phase(e);
+                out.push_str(&format!(
+                    " {:>16} {:>12}",
+                    fmt_opt(p.map(|p| p.ops_per_sec), 0),
+                    fmt_opt(p.map(|p| p.p50_us), 2)
+                ));
             }
             for e in engines.iter().filter(|e| **e != "sievedb") {
+                let p = phase(e);
                 out.push_str(&format!(
-                    " {:>16}",
-                    fmt_opt(ops(e).filter(|o| *o > 0.0).map(|o| sieve / o), 2)
+                    " {:>18} {:>18}",
+                    fmt_opt(
+                        p.filter(|p| p.ops_per_sec > 0.0)
+                            .map(|p| sieve.ops_per_sec / p.ops_per_sec),
+                        2
+                    ),
+                    fmt_opt(
+                        p.filter(|_| sieve.p50_us > 0.0)
+                            .map(|p| p.p50_us / sieve.p50_us),
+                        2
+                    )
                 ));
             }
             out.push('\n');
