@@ -196,6 +196,8 @@ fn bad_arguments_are_rejected_with_a_message() {
         vec!["--threads", "0"],
         vec!["--bits-per-key", "0.5"],
         vec!["--engine", "leveldb"],
+        vec!["--reads", "18446744073709551615"],
+        vec!["--scans", "0"],
     ] {
         let out = Command::new(BIN)
             .args(&args)

@@ -114,6 +114,9 @@ struct Args {
     chart: PathBuf,
 }
 
+/// Largest `--num`, `--reads` or `--scans` accepted.
+const MAX_OPS: u64 = 200_000_000;
+
 /// Validated settings of a run.
 struct Plan {
     ks: KeySpace,
@@ -146,6 +149,18 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         return Err(BenchError::Invalid("--reads must be at least 1".into()));
     }
     let scans = args.scans.unwrap_or((reads / 20).max(1));
+    // Every phase's key order and latencies are held in memory (16 bytes
+    // per operation): refuse sizes that cannot fit rather than abort.
+    for (what, n) in [("--num", args.num), ("--reads", reads), ("--scans", scans)] {
+        if n > MAX_OPS {
+            return Err(BenchError::Invalid(format!(
+                "{what} {n} is above the benchmark's limit of {MAX_OPS}"
+            )));
+        }
+    }
+    if scans == 0 {
+        return Err(BenchError::Invalid("--scans must be at least 1".into()));
+    }
     for w in &args.benchmarks {
         if !workload::WORKLOADS.contains(&w.as_str()) {
             return Err(BenchError::Invalid(format!(
