@@ -1,0 +1,493 @@
+//! `sieve-bench`: db_bench-style read-path benchmarks for sievedb.
+//!
+//! Loads the same keys under each filter policy (blocked Bloom, Ribbon at
+//! the same false-positive rate, none), flushes and compacts, then runs
+//! point reads of present keys, of missing keys that sort between present
+//! ones, of Zipf-skewed present keys, and range scans. It prints one table
+//! (filter memory, measured and expected data-block reads per get, ops/s,
+//! latency), writes the same results as JSON and draws an SVG chart. With
+//! the `peers` feature, `--engine sievedb,rocksdb,fjall` runs the identical
+//! workloads against RocksDB and fjall and prints ratios.
+//!
+//! Output files written: the JSON report (`--json`, schema = the `Report`
+//! struct of `sieve_bench/report.rs`) and the SVG chart (`--chart`).
+
+#[path = "sieve_bench/cold.rs"]
+mod cold;
+#[path = "sieve_bench/engine.rs"]
+mod engine;
+#[path = "sieve_bench/error.rs"]
+mod error;
+#[path = "sieve_bench/keys.rs"]
+mod keys;
+#[cfg(any(feature = "peer-rocksdb", feature = "peer-fjall"))]
+#[path = "sieve_bench/peers.rs"]
+mod peers;
+#[path = "sieve_bench/report.rs"]
+mod report;
+#[path = "sieve_bench/workload.rs"]
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+
+use engine::{theoretical_fp_rate, Engine, PolicyKind, SieveEngine};
+use error::{io_err, BenchError, BenchResult};
+use keys::KeySpace;
+use report::{Machine, MissingCheck, Report, Run, ShapeSummary};
+use sievedb::TableInfo;
+
+/// Which filter policies to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FilterArg {
+    Bloom,
+    Ribbon,
+    None,
+    All,
+}
+
+/// Read-path benchmarks for sievedb (and, with the `peers` feature, RocksDB
+/// and fjall side by side).
+#[derive(Debug, Parser)]
+#[command(name = "sieve-bench", version, about)]
+struct Args {
+    /// Keys to load.
+    #[arg(long, default_value_t = 1_000_000)]
+    num: u64,
+    /// Bytes per key (zero-padded decimal key numbers).
+    #[arg(long, default_value_t = 16)]
+    key_size: usize,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    value_size: usize,
+    /// Threads per phase (the phase's operations are split between them).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Seed of every key order.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Filter policy to run; `all` runs bloom, ribbon and none.
+    #[arg(long, value_enum, default_value_t = FilterArg::All)]
+    filter: FilterArg,
+    /// Bloom bits per key; Ribbon is built for the same false-positive rate.
+    #[arg(long, default_value_t = 10.0)]
+    bits_per_key: f64,
+    /// Gets per read phase [default: min(num, 200000)].
+    #[arg(long)]
+    reads: Option<u64>,
+    /// Range scans in the scan phase [default: reads / 20].
+    #[arg(long)]
+    scans: Option<u64>,
+    /// Entries per range scan.
+    #[arg(long, default_value_t = 100)]
+    scan_len: usize,
+    /// Comma-separated workloads, run in order: fillrandom, fillseq,
+    /// compact (flush, then compact until balanced), compactall (flush,
+    /// then rewrite everything into one level), readrandom, readmissing,
+    /// readzipf, scan.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fillrandom,compact,readrandom,readmissing,readzipf,scan"
+    )]
+    benchmarks: Vec<String>,
+    /// Comma-separated engines: sievedb, rocksdb, fjall (the peers need the
+    /// `peers` cargo feature).
+    #[arg(long, value_delimiter = ',', default_value = "sievedb")]
+    engine: Vec<String>,
+    /// Evict the database files from the OS page cache before every read
+    /// phase (the engine is closed and reopened around the eviction) and
+    /// report device bytes read.
+    #[arg(long)]
+    cold: bool,
+    /// Directory for the databases [default: a temporary directory, removed
+    /// at exit]. Each engine and policy gets a subdirectory, emptied first.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/sieve-bench/results.json")]
+    json: PathBuf,
+    /// Where to write the SVG chart.
+    #[arg(long, default_value = "target/sieve-bench/chart.svg")]
+    chart: PathBuf,
+}
+
+/// Largest `--num`, `--reads` or `--scans` accepted.
+const MAX_OPS: u64 = 200_000_000;
+
+/// Validated settings of a run.
+struct Plan {
+    ks: KeySpace,
+    policies: Vec<PolicyKind>,
+    engines: Vec<String>,
+    workloads: Vec<String>,
+    reads: u64,
+    scans: u64,
+}
+
+fn plan(args: &Args) -> BenchResult<Plan> {
+    let ks = KeySpace::new(args.num, args.key_size, args.value_size, args.seed)?;
+    if args.threads == 0 || args.threads > 1024 {
+        return Err(BenchError::Invalid(format!(
+            "--threads must be in 1..=1024, got {}",
+            args.threads
+        )));
+    }
+    if !(1.0..=100.0).contains(&args.bits_per_key) {
+        return Err(BenchError::Invalid(format!(
+            "--bits-per-key must be in [1, 100], got {}",
+            args.bits_per_key
+        )));
+    }
+    if args.scan_len == 0 {
+        return Err(BenchError::Invalid("--scan-len must be at least 1".into()));
+    }
+    let reads = args.reads.unwrap_or(args.num.min(200_000));
+    if reads == 0 {
+        return Err(BenchError::Invalid("--reads must be at least 1".into()));
+    }
+    let scans = args.scans.unwrap_or((reads / 20).max(1));
+    // Every phase's key order and latencies are held in memory (16 bytes
+    // per operation): refuse sizes that cannot fit rather than abort.
+    for (what, n) in [("--num", args.num), ("--reads", reads), ("--scans", scans)] {
+        if n > MAX_OPS {
+            return Err(BenchError::Invalid(format!(
+                "{what} {n} is above the benchmark's limit of {MAX_OPS}"
+            )));
+        }
+    }
+    if scans == 0 {
+        return Err(BenchError::Invalid("--scans must be at least 1".into()));
+    }
+    for w in &args.benchmarks {
+        if !workload::WORKLOADS.contains(&w.as_str()) {
+            return Err(BenchError::Invalid(format!(
+                "unknown workload {w:?}; known: {}",
+                workload::WORKLOADS.join(", ")
+            )));
+        }
+    }
+    let loads = args
+        .benchmarks
+        .iter()
+        .filter(|w| *w == "fillrandom" || *w == "fillseq")
+        .count();
+    let reads_any = args
+        .benchmarks
+        .iter()
+        .any(|w| w.starts_with("read") || w == "scan");
+    if reads_any && loads == 0 {
+        return Err(BenchError::Invalid(
+            "read workloads need a fill first (fillrandom or fillseq)".into(),
+        ));
+    }
+    for e in &args.engine {
+        match e.as_str() {
+            "sievedb" => {}
+            "rocksdb" if cfg!(feature = "peer-rocksdb") => {}
+            "fjall" if cfg!(feature = "peer-fjall") => {}
+            "rocksdb" | "fjall" => {
+                return Err(BenchError::Invalid(format!(
+                    "engine {e} needs the `peers` feature: \
+                     cargo run --release --features peers --bin sieve-bench -- --engine {}",
+                    args.engine.join(",")
+                )))
+            }
+            other => {
+                return Err(BenchError::Invalid(format!(
+                    "unknown engine {other:?}; known: sievedb, rocksdb, fjall"
+                )))
+            }
+        }
+    }
+    if args.engine.is_empty() {
+        return Err(BenchError::Invalid(
+            "--engine needs at least one engine".into(),
+        ));
+    }
+    let policies = match args.filter {
+        FilterArg::Bloom => vec![PolicyKind::Bloom],
+        FilterArg::Ribbon => vec![PolicyKind::Ribbon],
+        FilterArg::None => vec![PolicyKind::None],
+        FilterArg::All => vec![PolicyKind::Bloom, PolicyKind::Ribbon, PolicyKind::None],
+    };
+    Ok(Plan {
+        ks,
+        policies,
+        engines: args.engine.clone(),
+        workloads: args.benchmarks.clone(),
+        reads,
+        scans,
+    })
+}
+
+fn open_engine(
+    name: &str,
+    dir: &Path,
+    policy: PolicyKind,
+    bits_per_key: f64,
+) -> BenchResult<Option<Box<dyn Engine>>> {
+    match name {
+        "sievedb" => Ok(Some(Box::new(SieveEngine::open(
+            dir,
+            policy,
+            bits_per_key,
+        )?))),
+        #[cfg(feature = "peer-rocksdb")]
+        "rocksdb" => Ok(Some(Box::new(peers::RocksEngine::open(
+            dir,
+            policy,
+            bits_per_key,
+        )?))),
+        #[cfg(feature = "peer-fjall")]
+        "fjall" => peers::FjallEngine::open(dir, policy, bits_per_key)
+            .map(|e| e.map(|e| Box::new(e) as Box<dyn Engine>)),
+        other => Err(BenchError::Invalid(format!("unknown engine {other:?}"))),
+    }
+}
+
+/// Average number of tables whose range covers each missing key of
+/// `indices`: every level-0 table whose range holds it, plus one per deeper
+/// level whose (disjoint) tables cover it.
+fn covering_tables(ks: &KeySpace, tables: &[TableInfo], indices: &[u64]) -> f64 {
+    if indices.is_empty() {
+        return 0.0;
+    }
+    let mut levels: Vec<Vec<&TableInfo>> = Vec::new();
+    for t in tables.iter().filter(|t| t.entries > 0) {
+        if levels.len() <= t.level {
+            levels.resize_with(t.level + 1, Vec::new);
+        }
+        if let Some(l) = levels.get_mut(t.level) {
+            l.push(t);
+        }
+    }
+    let mut key = Vec::new();
+    let mut total = 0u64;
+    for &i in indices {
+        ks.missing_key(i, &mut key);
+        let k = key.as_slice();
+        for tabs in &levels {
+            total += tabs
+                .iter()
+                .filter(|t| t.smallest.as_slice() <= k && k <= t.largest.as_slice())
+                .count() as u64;
+        }
+    }
+    total as f64 / indices.len() as f64
+}
+
+fn shape_summary(engine: &dyn Engine, keys: u64) -> (ShapeSummary, Vec<TableInfo>) {
+    let shape = engine.shape();
+    let summary = ShapeSummary {
+        tables_per_level: shape.tables_per_level.clone(),
+        filter_bytes: shape.filter_bytes,
+        filter_bits_per_key: shape.filter_bytes as f64 * 8.0 / keys.max(1) as f64,
+    };
+    (summary, shape.tables)
+}
+
+/// Runs every workload of the plan on one engine under one policy.
+fn run_one(
+    args: &Args,
+    plan: &Plan,
+    engine_name: &str,
+    policy: PolicyKind,
+    base: &Path,
+) -> BenchResult<Option<Run>> {
+    let dir = base.join(format!("{engine_name}-{}", policy.name()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key)? else {
+        eprintln!("{engine_name} has no {} filter: skipped", policy.name());
+        return Ok(None);
+    };
+    let ks = &plan.ks;
+    let threads = args.threads;
+    let mut phases = Vec::new();
+    let mut shape: Option<(ShapeSummary, Vec<TableInfo>)> = None;
+    let mut missing: Option<MissingCheck> = None;
+    for w in &plan.workloads {
+        let label = format!("{engine_name}/{}/{w}", policy.name());
+        let is_read = w.starts_with("read") || w == "scan";
+        if is_read && shape.is_none() {
+            shape = Some(shape_summary(engine.as_ref(), ks.num));
+        }
+        if is_read && args.cold {
+            engine.reopen_with(&mut |d| cold::evict_dir(d))?;
+            cold::evict_dir(&dir)?;
+        }
+        let result = match w.as_str() {
+            "fillrandom" => {
+                workload::fill(engine.as_ref(), ks, w, &label, threads, &ks.shuffled())?
+            }
+            "fillseq" => {
+                let order: Vec<u64> = (0..ks.num).collect();
+                workload::fill(engine.as_ref(), ks, w, &label, threads, &order)?
+            }
+            "compact" => workload::compact(engine.as_ref(), &label, false)?,
+            "compactall" => workload::compact(engine.as_ref(), &label, true)?,
+            "readrandom" => {
+                let idx = ks.uniform("readrandom", plan.reads);
+                workload::read_present(engine.as_ref(), ks, w, &label, threads, &idx, args.cold)?
+            }
+            "readzipf" => {
+                let idx = ks.zipf("readzipf", plan.reads, workload::ZIPF_THETA);
+                workload::read_present(engine.as_ref(), ks, w, &label, threads, &idx, args.cold)?
+            }
+            "readmissing" => {
+                let idx = ks.uniform("readmissing", plan.reads);
+                let r =
+                    workload::read_missing(engine.as_ref(), ks, &label, threads, &idx, args.cold)?;
+                if let (Some(io), Some((_, tables))) = (r.io, shape.as_ref()) {
+                    let covering = covering_tables(ks, tables, &idx);
+                    let fp = theoretical_fp_rate(policy, args.bits_per_key)?;
+                    let gets = io.gets.max(1) as f64;
+                    missing = Some(MissingCheck {
+                        covering_tables_per_get: covering,
+                        filter_checks_per_get: io.filter_checks as f64 / gets,
+                        theoretical_fp_rate: fp,
+                        expected_blocks_per_get: covering * fp,
+                        measured_blocks_per_get: io.get_data_block_reads as f64 / gets,
+                        measured_fp_rate_per_check: io.filter_false_positives as f64
+                            / io.filter_checks.max(1) as f64,
+                    });
+                }
+                r
+            }
+            "scan" => {
+                let starts = ks.uniform("scan", plan.scans);
+                workload::scan(
+                    engine.as_ref(),
+                    ks,
+                    &label,
+                    threads,
+                    &starts,
+                    args.scan_len,
+                    args.cold,
+                )?
+            }
+            other => return Err(BenchError::Invalid(format!("unknown workload {other:?}"))),
+        };
+        phases.push(result);
+    }
+    drop(engine);
+    Ok(Some(Run {
+        engine: engine_name.to_string(),
+        policy: policy.name().to_string(),
+        bits_per_key_setting: args.bits_per_key,
+        keys: ks.num,
+        phases,
+        shape: shape.map(|s| s.0),
+        missing,
+    }))
+}
+
+fn run(args: &Args) -> BenchResult<Report> {
+    let plan = plan(args)?;
+    let started = Instant::now();
+    let tmp;
+    let base = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(io_err(d))?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("sieve-bench-")
+                .tempdir_in(std::env::temp_dir())
+                .map_err(io_err(std::env::temp_dir()))?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let mut runs = Vec::new();
+    // Policies outermost so each engine's run of a policy is measured next
+    // to the others' (the machine is shared and its load drifts).
+    for &policy in &plan.policies {
+        for e in &plan.engines {
+            if let Some(r) = run_one(args, &plan, e, policy, &base)? {
+                runs.push(r);
+            }
+        }
+    }
+    Ok(Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: Machine::detect(),
+        cold: args.cold,
+        reads: plan.reads,
+        threads: args.threads,
+        runs,
+        total_seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let report = match run(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sieve-bench: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "sieve-bench: {} keys ({} B keys, {} B values), {} reads/phase, {} thread(s){}; \
+         {} CPUs, {}, kernel {}",
+        args.num,
+        args.key_size,
+        args.value_size,
+        report.reads,
+        report.threads,
+        if report.cold {
+            ", cold cache"
+        } else {
+            ", warm cache"
+        },
+        report.machine.cpus,
+        report.machine.cpu_model,
+        report.machine.kernel
+    );
+    println!();
+    print!("{}", report::main_table(&report));
+    println!();
+    print!("{}", report::phase_table(&report));
+    if let Some(t) = report::peer_table(&report) {
+        println!();
+        print!("{t}");
+    }
+    for r in &report.runs {
+        if let Some(m) = &r.missing {
+            println!(
+                "{} {}: {:.3} covering tables per missing get, {:.3} filter checks per get",
+                r.engine, r.policy, m.covering_tables_per_get, m.filter_checks_per_get
+            );
+        }
+    }
+    let mut status = std::process::ExitCode::SUCCESS;
+    for (what, res) in [
+        ("json", report::write_json(&report, &args.json)),
+        ("chart", report::write_chart(&report, &args.chart)),
+    ] {
+        match res {
+            Ok(()) => println!(
+                "wrote {what}: {}",
+                if what == "json" {
+                    &args.json
+                } else {
+                    &args.chart
+                }
+                .display()
+            ),
+            Err(e) => {
+                eprintln!("sieve-bench: {e}");
+                status = std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    println!("total {:.1} s", report.total_seconds);
+    status
+}

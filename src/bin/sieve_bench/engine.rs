@@ -1,0 +1,244 @@
+//! The engine abstraction the workloads run against, and its sievedb
+//! implementation. Peer engines (RocksDB, fjall) live in `peers.rs` behind
+//! the `peers` feature; every workload is written once against [`Engine`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
+use sievedb::{Db, Options, Stats, TableInfo};
+
+use crate::error::{BenchError, BenchResult};
+
+/// Which point-read filter an engine builds into its tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Blocked Bloom filter at `--bits-per-key`.
+    Bloom,
+    /// Ribbon filter at the false-positive rate of Bloom at `--bits-per-key`.
+    Ribbon,
+    /// No filter: every covering table's data block is read.
+    None,
+}
+
+impl PolicyKind {
+    /// The name used on the command line, in tables and in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Bloom => "bloom",
+            PolicyKind::Ribbon => "ribbon",
+            PolicyKind::None => "none",
+        }
+    }
+}
+
+/// Read counters an engine reports about itself (sievedb only: the peers'
+/// statistics are not comparable counter by counter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReadIo {
+    /// Point reads served.
+    pub gets: u64,
+    /// Filters asked.
+    pub filter_checks: u64,
+    /// Filters that answered "absent".
+    pub filter_negatives: u64,
+    /// Filters that answered "maybe" for a key the table did not hold.
+    pub filter_false_positives: u64,
+    /// Filters that answered "maybe" for a key the table held.
+    pub filter_true_positives: u64,
+    /// Data blocks read by point reads.
+    pub get_data_block_reads: u64,
+    /// Data blocks read by point reads and scans.
+    pub data_block_reads: u64,
+    /// Bytes of data blocks read.
+    pub bytes_read: u64,
+}
+
+impl ReadIo {
+    /// Counts accumulated between `before` and `self`.
+    pub fn since(&self, before: &ReadIo) -> ReadIo {
+        ReadIo {
+            gets: self.gets.saturating_sub(before.gets),
+            filter_checks: self.filter_checks.saturating_sub(before.filter_checks),
+            filter_negatives: self
+                .filter_negatives
+                .saturating_sub(before.filter_negatives),
+            filter_false_positives: self
+                .filter_false_positives
+                .saturating_sub(before.filter_false_positives),
+            filter_true_positives: self
+                .filter_true_positives
+                .saturating_sub(before.filter_true_positives),
+            get_data_block_reads: self
+                .get_data_block_reads
+                .saturating_sub(before.get_data_block_reads),
+            data_block_reads: self
+                .data_block_reads
+                .saturating_sub(before.data_block_reads),
+            bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
+        }
+    }
+
+    fn from_stats(s: &Stats) -> ReadIo {
+        ReadIo {
+            gets: s.gets,
+            filter_checks: s.filter_checks,
+            filter_negatives: s.filter_negatives,
+            filter_false_positives: s.filter_false_positives,
+            filter_true_positives: s.filter_true_positives,
+            get_data_block_reads: s.get_data_block_reads,
+            data_block_reads: s.data_block_reads,
+            bytes_read: s.bytes_read,
+        }
+    }
+}
+
+/// The shape of the engine's tables after loading, for the report and the
+/// "expected block reads" column.
+#[derive(Debug, Clone, Default)]
+pub struct Shape {
+    /// Every live table with its key range (sievedb only).
+    pub tables: Vec<TableInfo>,
+    /// Bytes of all filters.
+    pub filter_bytes: u64,
+    /// Table count per level, level 0 first.
+    pub tables_per_level: Vec<u64>,
+}
+
+/// What a workload needs from a key-value engine. Implementations are shared
+/// by reference across reader threads, hence `Sync`.
+pub trait Engine: Sync {
+    /// `"sievedb"`, `"rocksdb"` or `"fjall"`.
+    fn name(&self) -> &'static str;
+    /// Inserts or overwrites `key`.
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()>;
+    /// The value of `key`, if present.
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    /// Writes the memtable to tables and compacts the tree: until no level
+    /// is over its target (`full == false`; engines without that notion
+    /// compact fully), or everything into one level (`full == true`).
+    fn flush_compact(&self, full: bool) -> BenchResult<()>;
+    /// Reads up to `limit` entries from the first key `>= start`; calls
+    /// `visit` on each key and returns how many were read.
+    fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize>;
+    /// The engine's own read counters, if it keeps comparable ones.
+    fn read_io(&self) -> Option<ReadIo>;
+    /// Table shape (filter bytes, tables); peers report what they can.
+    fn shape(&self) -> Shape;
+    /// Closes the engine, runs `between` (e.g. page-cache eviction) with the
+    /// engine's directory while nothing holds its files open or mapped, then
+    /// reopens it. Drops every in-process cache.
+    fn reopen_with(&mut self, between: &mut dyn FnMut(&Path) -> BenchResult<()>)
+        -> BenchResult<()>;
+}
+
+/// Builds the sievedb filter policy for `kind`.
+pub fn sieve_policy(kind: PolicyKind, bits_per_key: f64) -> BenchResult<Arc<dyn FilterPolicy>> {
+    Ok(match kind {
+        PolicyKind::Bloom => Arc::new(BloomPolicy::try_new(bits_per_key)?),
+        PolicyKind::Ribbon => Arc::new(RibbonPolicy::try_new(bits_per_key)?),
+        PolicyKind::None => Arc::new(NoFilter),
+    })
+}
+
+/// The false-positive rate a policy's filters are built for (1 for no
+/// filter: every check reads a block).
+pub fn theoretical_fp_rate(kind: PolicyKind, bits_per_key: f64) -> BenchResult<f64> {
+    Ok(match kind {
+        PolicyKind::Bloom => BloomPolicy::try_new(bits_per_key)?.expected_fp_rate(),
+        PolicyKind::Ribbon => RibbonPolicy::try_new(bits_per_key)?.fp_rate(),
+        PolicyKind::None => 1.0,
+    })
+}
+
+/// sievedb with default options and the chosen filter policy.
+pub struct SieveEngine {
+    dir: PathBuf,
+    opts: Options,
+    db: Option<Db>,
+}
+
+impl SieveEngine {
+    /// Opens (creating) a database in `dir`.
+    pub fn open(dir: &Path, kind: PolicyKind, bits_per_key: f64) -> BenchResult<SieveEngine> {
+        let opts = Options {
+            filter_policy: sieve_policy(kind, bits_per_key)?,
+            ..Options::default()
+        };
+        let db = Db::open(dir, opts.clone())?;
+        Ok(SieveEngine {
+            dir: dir.to_path_buf(),
+            opts,
+            db: Some(db),
+        })
+    }
+
+    fn db(&self) -> BenchResult<&Db> {
+        self.db
+            .as_ref()
+            .ok_or_else(|| BenchError::Invalid("sievedb used after a failed reopen".into()))
+    }
+}
+
+impl Engine for SieveEngine {
+    fn name(&self) -> &'static str {
+        "sievedb"
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        Ok(self.db()?.put(key, value)?)
+    }
+
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        Ok(self.db()?.get(key)?)
+    }
+
+    fn flush_compact(&self, full: bool) -> BenchResult<()> {
+        let db = self.db()?;
+        db.flush()?;
+        if full {
+            db.compact_all()?;
+        } else {
+            db.compact()?;
+        }
+        Ok(())
+    }
+
+    fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
+        let mut n = 0;
+        for item in self.db()?.scan(start..)?.take(limit) {
+            let (key, _value) = item?;
+            visit(&key);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn read_io(&self) -> Option<ReadIo> {
+        self.db.as_ref().map(|db| ReadIo::from_stats(&db.stats()))
+    }
+
+    fn shape(&self) -> Shape {
+        let Some(db) = self.db.as_ref() else {
+            return Shape::default();
+        };
+        let stats = db.stats();
+        Shape {
+            tables: db.tables(),
+            filter_bytes: stats.filter_bytes(),
+            tables_per_level: stats.levels.iter().map(|l| l.tables).collect(),
+        }
+    }
+
+    fn reopen_with(
+        &mut self,
+        between: &mut dyn FnMut(&Path) -> BenchResult<()>,
+    ) -> BenchResult<()> {
+        if let Some(db) = self.db.take() {
+            db.close()?;
+        }
+        between(&self.dir)?;
+        self.db = Some(Db::open(&self.dir, self.opts.clone())?);
+        Ok(())
+    }
+}

@@ -1,0 +1,438 @@
+//! Results: the per-run record written as JSON, the printed tables and the
+//! SVG chart.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::error::{io_err, BenchError, BenchResult};
+use crate::workload::PhaseResult;
+
+/// The machine a run was measured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Logical CPUs available to the process.
+    pub cpus: usize,
+    /// CPU model from `/proc/cpuinfo`.
+    pub cpu_model: String,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Reads the machine description (fields are `"unknown"` where the
+    /// system does not say).
+    pub fn detect() -> Machine {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            kernel,
+        }
+    }
+}
+
+/// Missing-key read I/O measured against what the table shape predicts.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissingCheck {
+    /// Average number of tables whose key range covers a missing key (the
+    /// tables a missing get must consult).
+    pub covering_tables_per_get: f64,
+    /// Filter checks per missing get (equals the covering tables for an
+    /// engine that checks every covering table).
+    pub filter_checks_per_get: f64,
+    /// The policy's false-positive rate (1 for no filter).
+    pub theoretical_fp_rate: f64,
+    /// `covering_tables_per_get * theoretical_fp_rate`.
+    pub expected_blocks_per_get: f64,
+    /// Data blocks read per missing get, measured.
+    pub measured_blocks_per_get: f64,
+    /// False positives per filter check, measured.
+    pub measured_fp_rate_per_check: f64,
+}
+
+/// The shape of the tree the reads ran against.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShapeSummary {
+    /// Tables per level, level 0 first (sievedb only).
+    pub tables_per_level: Vec<u64>,
+    /// Bytes of all filters (sievedb only; 0 for peers).
+    pub filter_bytes: u64,
+    /// `filter_bytes * 8 / keys`.
+    pub filter_bits_per_key: f64,
+}
+
+/// One engine under one policy: its phases and derived figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Engine name.
+    pub engine: String,
+    /// Filter policy name.
+    pub policy: String,
+    /// `--bits-per-key` (Ribbon: the Bloom-equivalent setting).
+    pub bits_per_key_setting: f64,
+    /// Loaded keys.
+    pub keys: u64,
+    /// The phases, in run order.
+    pub phases: Vec<PhaseResult>,
+    /// The tree's shape before the read phases.
+    pub shape: Option<ShapeSummary>,
+    /// Missing-key check (when `readmissing` ran on sievedb).
+    pub missing: Option<MissingCheck>,
+}
+
+impl Run {
+    /// The phase named `name`, if it ran.
+    pub fn phase(&self, name: &str) -> Option<&PhaseResult> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// Everything a run of the program measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The command line.
+    pub command: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Whether read phases started with an empty page cache.
+    pub cold: bool,
+    /// Gets per read phase.
+    pub reads: u64,
+    /// Reader/writer threads.
+    pub threads: usize,
+    /// Every engine and policy run.
+    pub runs: Vec<Run>,
+    /// Total wall-clock seconds.
+    pub total_seconds: f64,
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+fn kops(p: Option<&PhaseResult>) -> String {
+    p.map_or_else(|| "-".into(), |p| format!("{:.0}", p.ops_per_sec))
+}
+
+fn lat(p: Option<&PhaseResult>) -> String {
+    p.map_or_else(
+        || "-".into(),
+        |p| format!("{:.1}/{:.1}", p.p50_us, p.p99_us),
+    )
+}
+
+/// The main table: one row per engine and policy.
+pub fn main_table(report: &Report) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<8} {:<7} {:>12} {:>8} {:>9} {:>12} {:>12} {:>12} {:>12} {:>12} {:>13} {:>13}",
+        "engine",
+        "policy",
+        "filter bytes",
+        "bits/key",
+        "FP rate",
+        "blk/miss",
+        "expected",
+        "blk/present",
+        "ops/s miss",
+        "ops/s pres",
+        "p50/p99 miss",
+        "p50/p99 pres",
+    ));
+    if report.cold {
+        out.push_str(&format!(" {:>13} {:>13}", "dev B/miss", "dev B/pres"));
+    }
+    out.push('\n');
+    for run in &report.runs {
+        let miss = run.phase("readmissing");
+        let pres = run.phase("readrandom");
+        let (fb, bpk) = match &run.shape {
+            Some(s) if run.engine == "sievedb" => (
+                s.filter_bytes.to_string(),
+                format!("{:.2}", s.filter_bits_per_key),
+            ),
+            _ => ("-".into(), "-".into()),
+        };
+        let m = run.missing.as_ref();
+        out.push_str(&format!(
+            "{:<8} {:<7} {:>12} {:>8} {:>9} {:>12} {:>12} {:>12} {:>12} {:>12} {:>13} {:>13}",
+            run.engine,
+            run.policy,
+            fb,
+            bpk,
+            m.map_or_else(
+                || "-".into(),
+                |m| format!("{:.3}%", m.measured_fp_rate_per_check * 100.0)
+            ),
+            fmt_opt(m.map(|m| m.measured_blocks_per_get), 4),
+            fmt_opt(m.map(|m| m.expected_blocks_per_get), 4),
+            fmt_opt(pres.and_then(PhaseResult::blocks_per_get), 4),
+            kops(miss),
+            kops(pres),
+            lat(miss),
+            lat(pres),
+        ));
+        if report.cold {
+            let dev = |p: Option<&PhaseResult>| {
+                fmt_opt(
+                    p.and_then(|p| p.device_read_bytes.map(|b| b as f64 / p.ops.max(1) as f64)),
+                    0,
+                )
+            };
+            out.push_str(&format!(" {:>13} {:>13}", dev(miss), dev(pres)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Every phase of every run: ops/s and latency.
+pub fn phase_table(report: &Report) -> String {
+    let mut out = format!(
+        "{:<8} {:<7} {:<12} {:>9} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12} {:>14}\n",
+        "engine",
+        "policy",
+        "phase",
+        "ops",
+        "secs",
+        "ops/s",
+        "mean us",
+        "p50 us",
+        "p99 us",
+        "blk/op",
+        "dev bytes"
+    );
+    for run in &report.runs {
+        for p in &run.phases {
+            out.push_str(&format!(
+                "{:<8} {:<7} {:<12} {:>9} {:>9.3} {:>12.0} {:>10.2} {:>10.2} {:>10.2} {:>12} {:>14}\n",
+                run.engine,
+                run.policy,
+                p.name,
+                p.ops,
+                p.seconds,
+                p.ops_per_sec,
+                p.mean_us,
+                p.p50_us,
+                p.p99_us,
+                fmt_opt(
+                    p.io.map(|io| io.data_block_reads as f64 / p.ops.max(1) as f64),
+                    4
+                ),
+                p.device_read_bytes
+                    .map_or_else(|| "-".into(), |b| b.to_string()),
+            ));
+        }
+    }
+    out
+}
+
+/// Side-by-side ratios: for every workload and policy, each engine's ops/s
+/// and median latency, and sievedb's speed relative to each peer (ops/s
+/// ratio and inverse p50 ratio: above 1 means sievedb is faster).
+pub fn peer_table(report: &Report) -> Option<String> {
+    let mut engines: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !engines.contains(&r.engine.as_str()) {
+            engines.push(r.engine.as_str());
+        }
+    }
+    if engines.len() < 2 {
+        return None;
+    }
+    let mut out = format!("{:<12} {:<7}", "workload", "policy");
+    for e in &engines {
+        out.push_str(&format!(" {:>16} {:>12}", format!("{e} ops/s"), "p50 us"));
+    }
+    for e in engines.iter().filter(|e| **e != "sievedb") {
+        out.push_str(&format!(
+            " {:>18} {:>18}",
+            format!("ops/s sieve/{e}"),
+            format!("p50 {e}/sieve")
+        ));
+    }
+    out.push('\n');
+    let mut policies: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !policies.contains(&r.policy.as_str()) {
+            policies.push(r.policy.as_str());
+        }
+    }
+    let workloads: Vec<&str> = report
+        .runs
+        .first()
+        .map(|r| r.phases.iter().map(|p| p.name.as_str()).collect())
+        .unwrap_or_default();
+    for w in &workloads {
+        for pol in &policies {
+            let phase = |e: &str| {
+                report
+                    .runs
+                    .iter()
+                    .find(|r| r.engine == e && r.policy == *pol)
+                    .and_then(|r| r.phase(w))
+            };
+            let Some(sieve) = phase("sievedb") else {
+                continue;
+            };
+            out.push_str(&format!("{w:<12} {pol:<7}"));
+            for e in &engines {
+                let p = phase(e);
+                out.push_str(&format!(
+                    " {:>16} {:>12}",
+                    fmt_opt(p.map(|p| p.ops_per_sec), 0),
+                    fmt_opt(p.map(|p| p.p50_us), 2)
+                ));
+            }
+            for e in engines.iter().filter(|e| **e != "sievedb") {
+                let p = phase(e);
+                out.push_str(&format!(
+                    " {:>18} {:>18}",
+                    fmt_opt(
+                        p.filter(|p| p.ops_per_sec > 0.0)
+                            .map(|p| sieve.ops_per_sec / p.ops_per_sec),
+                        2
+                    ),
+                    fmt_opt(
+                        p.filter(|_| sieve.p50_us > 0.0)
+                            .map(|p| p.p50_us / sieve.p50_us),
+                        2
+                    )
+                ));
+            }
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
+fn ensure_parent(path: &Path) -> BenchResult<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => std::fs::create_dir_all(p).map_err(io_err(p)),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the report as pretty JSON.
+pub fn write_json(report: &Report, path: &Path) -> BenchResult<()> {
+    ensure_parent(path)?;
+    let text = serde_json::to_string_pretty(report).map_err(|e| BenchError::Output {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    std::fs::write(path, text).map_err(io_err(path))
+}
+
+/// Draws two bar panels: data blocks read per missing get and filter memory,
+/// one bar per sievedb policy.
+pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
+    ensure_parent(path)?;
+    let bars: Vec<(String, f64, f64)> = report
+        .runs
+        .iter()
+        .filter(|r| r.engine == "sievedb")
+        .map(|r| {
+            (
+                r.policy.clone(),
+                r.missing
+                    .as_ref()
+                    .map_or(0.0, |m| m.measured_blocks_per_get),
+                r.shape
+                    .as_ref()
+                    .map_or(0.0, |s| s.filter_bytes as f64 / 1024.0),
+            )
+        })
+        .collect();
+    let out_err = |e: String| BenchError::Output {
+        path: path.to_path_buf(),
+        message: e,
+    };
+    let root = SVGBackend::new(path, (1000, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| out_err(e.to_string()))?;
+    let title = format!(
+        "sieve-bench: {} keys, {} reads/phase{}",
+        report.runs.first().map_or(0, |r| r.keys),
+        report.reads,
+        if report.cold { ", cold cache" } else { "" }
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 20))
+        .map_err(|e| out_err(e.to_string()))?;
+    let panels = root.split_evenly((1, 2));
+    type Value = fn(&(String, f64, f64)) -> f64;
+    let specs: [(&str, Value, &str); 2] = [
+        ("data blocks read per missing get", |b| b.1, "blocks / get"),
+        ("filter memory", |b| b.2, "KiB"),
+    ];
+    let colors = [
+        RGBColor(52, 101, 164),
+        RGBColor(115, 210, 22),
+        RGBColor(204, 0, 0),
+    ];
+    for (panel, (caption, value, unit)) in panels.iter().zip(specs) {
+        let max = bars.iter().map(value).fold(0.0f64, f64::max).max(1e-6) * 1.2;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(caption, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..bars.len().max(1) as f64, 0f64..max)
+            .map_err(|e| out_err(e.to_string()))?;
+        let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len().max(1) * 2 + 1)
+            .x_label_formatter(&|x| {
+                let centre = x - x.floor();
+                if (centre - 0.5).abs() < 0.01 {
+                    names.get(x.floor() as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(unit)
+            .draw()
+            .map_err(|e| out_err(e.to_string()))?;
+        for (i, b) in bars.iter().enumerate() {
+            let v = value(b);
+            let color = colors[i % colors.len()];
+            let x0 = i as f64 + 0.15;
+            let x1 = i as f64 + 0.85;
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(x0, 0.0), (x1, v)],
+                    color.filled(),
+                )))
+                .map_err(|e| out_err(e.to_string()))?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    if v == 0.0 {
+                        "0".to_string()
+                    } else if v >= 100.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v:.4}")
+                    },
+                    (x0, v + max * 0.07),
+                    ("sans-serif", 14),
+                )))
+                .map_err(|e| out_err(e.to_string()))?;
+        }
+    }
+    root.present().map_err(|e| out_err(e.to_string()))?;
+    Ok(())
+}

@@ -1,0 +1,337 @@
+//! The workloads: each phase runs a list of operations over the engine on
+//! `--threads` threads, times every operation, checks every answer, and
+//! records the engine's read counters and the device bytes read.
+
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use crate::cold;
+use crate::engine::{Engine, ReadIo};
+use crate::error::{BenchError, BenchResult};
+use crate::keys::KeySpace;
+
+/// The workloads `--benchmarks` accepts.
+pub const WORKLOADS: &[&str] = &[
+    "fillrandom",
+    "fillseq",
+    "compact",
+    "compactall",
+    "readrandom",
+    "readmissing",
+    "readzipf",
+    "scan",
+];
+
+/// Zipf exponent of `readzipf` (YCSB's default).
+pub const ZIPF_THETA: f64 = 0.99;
+
+/// One phase's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseResult {
+    /// Workload name.
+    pub name: String,
+    /// Operations run (gets, puts, scans; 1 for `compact`).
+    pub ops: u64,
+    /// Wall-clock seconds of the phase.
+    pub seconds: f64,
+    /// `ops / seconds`.
+    pub ops_per_sec: f64,
+    /// Mean latency of one operation, microseconds (on a shared machine
+    /// the gap between mean and `seconds / ops` is time the threads were
+    /// not running an operation, e.g. descheduled).
+    pub mean_us: f64,
+    /// Median latency of one operation, microseconds.
+    pub p50_us: f64,
+    /// 99th-percentile latency of one operation, microseconds.
+    pub p99_us: f64,
+    /// Gets that found their key / entries returned by scans.
+    pub found: u64,
+    /// The engine's read counters accumulated in the phase (sievedb only).
+    pub io: Option<ReadIo>,
+    /// Bytes fetched from the storage device during the phase
+    /// (`/proc/self/io` `read_bytes`), where the kernel reports it.
+    pub device_read_bytes: Option<u64>,
+    /// Whether the page cache was emptied before the phase.
+    pub cold: bool,
+}
+
+impl PhaseResult {
+    /// Data blocks read by point reads per get (sievedb only).
+    pub fn blocks_per_get(&self) -> Option<f64> {
+        let io = self.io?;
+        (io.gets > 0).then(|| io.get_data_block_reads as f64 / io.gets as f64)
+    }
+}
+
+/// Per-thread buffers, reused across operations.
+#[derive(Default)]
+struct Scratch {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    expected: Vec<u8>,
+}
+
+/// What one operation did: its latency and whether it found something.
+struct OpOutcome {
+    nanos: u64,
+    found: u64,
+}
+
+fn progress(label: &str, len: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(label.to_string());
+    bar
+}
+
+fn percentile(sorted: &[u64], pct: usize) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = (sorted.len() * pct / 100).min(sorted.len() - 1);
+    sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
+}
+
+/// Runs `op` over `items` on `threads` threads and measures the phase.
+fn run_phase<F>(
+    engine: &dyn Engine,
+    name: &str,
+    label: &str,
+    threads: usize,
+    items: &[u64],
+    cold: bool,
+    op: F,
+) -> BenchResult<PhaseResult>
+where
+    F: Fn(u64, &mut Scratch) -> BenchResult<OpOutcome> + Sync,
+{
+    let bar = progress(label, items.len() as u64);
+    let io_before = engine.read_io();
+    let dev_before = cold::device_read_bytes();
+    let chunk = items.len().div_ceil(threads.max(1)).max(1);
+    let start = Instant::now();
+    let per_thread: Vec<BenchResult<(Vec<u64>, u64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| {
+                let bar = bar.clone();
+                let op = &op;
+                s.spawn(move || {
+                    let mut scratch = Scratch::default();
+                    let mut lat = Vec::with_capacity(part.len());
+                    let mut found = 0;
+                    for (n, &item) in part.iter().enumerate() {
+                        let out = op(item, &mut scratch)?;
+                        lat.push(out.nanos);
+                        found += out.found;
+                        if n % 1024 == 1023 {
+                            bar.inc(1024);
+                        }
+                    }
+                    Ok((lat, found))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(BenchError::Invalid("a benchmark thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let mut latencies = Vec::with_capacity(items.len());
+    let mut found = 0;
+    for r in per_thread {
+        let (lat, f) = r?;
+        latencies.extend(lat);
+        found += f;
+    }
+    latencies.sort_unstable();
+    let mean_us = if latencies.is_empty() {
+        0.0
+    } else {
+        latencies.iter().map(|&n| n as f64).sum::<f64>() / latencies.len() as f64 / 1000.0
+    };
+    let io = match (io_before, engine.read_io()) {
+        (Some(b), Some(a)) => Some(a.since(&b)),
+        _ => None,
+    };
+    let device_read_bytes = match (dev_before, cold::device_read_bytes()) {
+        (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+        _ => None,
+    };
+    let ops = items.len() as u64;
+    Ok(PhaseResult {
+        name: name.to_string(),
+        ops,
+        seconds,
+        ops_per_sec: if seconds > 0.0 {
+            ops as f64 / seconds
+        } else {
+            0.0
+        },
+        mean_us,
+        p50_us: percentile(&latencies, 50),
+        p99_us: percentile(&latencies, 99),
+        found,
+        io,
+        device_read_bytes,
+        cold,
+    })
+}
+
+fn elapsed_nanos(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn wrong(engine: &dyn Engine, what: String) -> BenchError {
+    BenchError::WrongAnswer {
+        engine: engine.name().to_string(),
+        what,
+    }
+}
+
+/// Loads the keys of `order` (loaded key indices).
+pub fn fill(
+    engine: &dyn Engine,
+    ks: &KeySpace,
+    name: &str,
+    label: &str,
+    threads: usize,
+    order: &[u64],
+) -> BenchResult<PhaseResult> {
+    run_phase(engine, name, label, threads, order, false, |i, s| {
+        ks.present_key(i, &mut s.key);
+        ks.value_into(i, &mut s.value);
+        let t = Instant::now();
+        engine.put(&s.key, &s.value)?;
+        Ok(OpOutcome {
+            nanos: elapsed_nanos(t),
+            found: 0,
+        })
+    })
+}
+
+/// Flushes and compacts (`full`: rewrites every table into one level),
+/// timed as one operation.
+pub fn compact(engine: &dyn Engine, label: &str, full: bool) -> BenchResult<PhaseResult> {
+    let name = if full { "compactall" } else { "compact" };
+    run_phase(engine, name, label, 1, &[0], false, |_, _| {
+        let t = Instant::now();
+        engine.flush_compact(full)?;
+        Ok(OpOutcome {
+            nanos: elapsed_nanos(t),
+            found: 0,
+        })
+    })
+}
+
+/// Gets loaded keys `indices`; every one must be found with its value.
+#[allow(clippy::too_many_arguments)]
+pub fn read_present(
+    engine: &dyn Engine,
+    ks: &KeySpace,
+    name: &str,
+    label: &str,
+    threads: usize,
+    indices: &[u64],
+    cold: bool,
+) -> BenchResult<PhaseResult> {
+    run_phase(engine, name, label, threads, indices, cold, |i, s| {
+        ks.present_key(i, &mut s.key);
+        let t = Instant::now();
+        let got = engine.get(&s.key)?;
+        let nanos = elapsed_nanos(t);
+        ks.value_into(i, &mut s.expected);
+        match got {
+            Some(v) if v == s.expected => Ok(OpOutcome { nanos, found: 1 }),
+            Some(_) => Err(wrong(engine, format!("wrong value for loaded key {i}"))),
+            None => Err(wrong(engine, format!("loaded key {i} not found"))),
+        }
+    })
+}
+
+/// Gets the missing keys after loaded keys `indices`; none may be found.
+pub fn read_missing(
+    engine: &dyn Engine,
+    ks: &KeySpace,
+    label: &str,
+    threads: usize,
+    indices: &[u64],
+    cold: bool,
+) -> BenchResult<PhaseResult> {
+    run_phase(
+        engine,
+        "readmissing",
+        label,
+        threads,
+        indices,
+        cold,
+        |i, s| {
+            ks.missing_key(i, &mut s.key);
+            let t = Instant::now();
+            let got = engine.get(&s.key)?;
+            let nanos = elapsed_nanos(t);
+            match got {
+                None => Ok(OpOutcome { nanos, found: 0 }),
+                Some(_) => Err(wrong(engine, format!("missing key {} found", 2 * i + 1))),
+            }
+        },
+    )
+}
+
+/// Range scans of up to `len` entries starting at loaded keys `starts`; each
+/// must return the loaded keys from its start on, in order.
+#[allow(clippy::too_many_arguments)]
+pub fn scan(
+    engine: &dyn Engine,
+    ks: &KeySpace,
+    label: &str,
+    threads: usize,
+    starts: &[u64],
+    len: usize,
+    cold: bool,
+) -> BenchResult<PhaseResult> {
+    run_phase(engine, "scan", label, threads, starts, cold, |i, s| {
+        ks.present_key(i, &mut s.key);
+        let mut next = i;
+        let mut bad: Option<u64> = None;
+        let expected = &mut s.expected;
+        let t = Instant::now();
+        let n = engine.scan(&s.key, len, &mut |k| {
+            ks.present_key(next, expected);
+            if bad.is_none() && k != expected.as_slice() {
+                bad = Some(next);
+            }
+            next += 1;
+        })?;
+        let nanos = elapsed_nanos(t);
+        let want = (ks.num - i).min(len as u64);
+        if let Some(at) = bad {
+            return Err(wrong(
+                engine,
+                format!("scan from loaded key {i}: wrong key where loaded key {at} belongs"),
+            ));
+        }
+        if n as u64 != want {
+            return Err(wrong(
+                engine,
+                format!("scan from loaded key {i} returned {n} entries, expected {want}"),
+            ));
+        }
+        Ok(OpOutcome {
+            nanos,
+            found: n as u64,
+        })
+    })
+}

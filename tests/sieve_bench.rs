@@ -1,0 +1,222 @@
+//! Runs the `sieve-bench` binary on a small key set and checks that its
+//! numbers are complete and agree with each other: every policy present,
+//! Ribbon smaller than Bloom, Bloom far below no filter on missing keys, and
+//! measured data-block reads per missing get matching what the tables'
+//! key ranges and the policies' false-positive rates predict.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sieve-bench");
+
+fn run_bench(dir: &Path, extra: &[&str]) -> Value {
+    let json = dir.join("results.json");
+    let chart = dir.join("chart.svg");
+    let out = Command::new(BIN)
+        .args(["--num", "20000", "--seed", "7"])
+        .arg("--dir")
+        .arg(dir.join("db"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(&chart)
+        .args(extra)
+        .output()
+        .expect("run sieve-bench");
+    assert!(
+        out.status.success(),
+        "sieve-bench failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let svg = std::fs::read_to_string(&chart).expect("chart written");
+    assert!(svg.contains("<svg"), "chart is not an SVG");
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+        .expect("valid json")
+}
+
+fn f(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("{path:?} is not a number: {cur}"))
+}
+
+fn run_of<'a>(report: &'a Value, policy: &str) -> &'a Value {
+    report["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .find(|r| r["engine"] == "sievedb" && r["policy"] == policy)
+        .unwrap_or_else(|| panic!("no sievedb run for policy {policy}"))
+}
+
+fn phase<'a>(run: &'a Value, name: &str) -> &'a Value {
+    run["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no phase {name}"))
+}
+
+#[test]
+fn default_workloads_agree_with_the_table_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_bench(dir.path(), &[]);
+    assert_eq!(report["runs"].as_array().unwrap().len(), 3);
+    let reads = f(&report, &["reads"]);
+    assert_eq!(reads, 20000.0, "default --reads is min(num, 200000)");
+
+    for policy in ["bloom", "ribbon", "none"] {
+        let run = run_of(&report, policy);
+        for name in [
+            "fillrandom",
+            "compact",
+            "readrandom",
+            "readmissing",
+            "readzipf",
+            "scan",
+        ] {
+            let p = phase(run, name);
+            assert!(f(p, &["ops_per_sec"]) > 0.0, "{policy} {name} ops/s");
+        }
+        // Every present get found its key and read at least the block
+        // holding it.
+        let rr = phase(run, "readrandom");
+        assert_eq!(f(rr, &["found"]), reads, "{policy}");
+        assert!(f(rr, &["io", "get_data_block_reads"]) >= reads, "{policy}");
+        assert_eq!(f(phase(run, "readzipf"), &["found"]), reads, "{policy}");
+        assert_eq!(f(phase(run, "readmissing"), &["found"]), 0.0, "{policy}");
+
+        let m = &run["missing"];
+        let covering = f(m, &["covering_tables_per_get"]);
+        assert!(
+            covering >= 1.0,
+            "{policy}: every missing key sits inside some table"
+        );
+        // A missing key is checked against every table covering it.
+        assert!(
+            (f(m, &["filter_checks_per_get"]) - covering).abs() < 1e-9,
+            "{policy}: filter checks {} vs covering tables {covering}",
+            f(m, &["filter_checks_per_get"])
+        );
+        let measured = f(m, &["measured_blocks_per_get"]);
+        let expected = f(m, &["expected_blocks_per_get"]);
+        if policy == "none" {
+            assert!(
+                (measured - covering).abs() < 1e-9,
+                "none: {measured} blocks per missing get, {covering} covering tables"
+            );
+        } else {
+            // False positives are a Poisson count: allow five standard
+            // deviations plus 15% for the rate's spread between tables.
+            let sigma = (expected / reads).sqrt();
+            assert!(
+                (measured - expected).abs() <= 5.0 * sigma + 0.15 * expected,
+                "{policy}: measured {measured} vs expected {expected} blocks per missing get"
+            );
+        }
+    }
+
+    let bloom = run_of(&report, "bloom");
+    let ribbon = run_of(&report, "ribbon");
+    let none = run_of(&report, "none");
+    let fb = |r: &Value| f(r, &["shape", "filter_bytes"]);
+    assert!(
+        fb(ribbon) > 0.0 && fb(ribbon) < fb(bloom),
+        "ribbon {} vs bloom {}",
+        fb(ribbon),
+        fb(bloom)
+    );
+    assert_eq!(fb(none), 0.0);
+    let bpk = f(bloom, &["shape", "filter_bits_per_key"]);
+    assert!((9.0..=11.5).contains(&bpk), "bloom bits/key {bpk}");
+    let miss = |r: &Value| f(r, &["missing", "measured_blocks_per_get"]);
+    assert!(
+        miss(bloom) < miss(none),
+        "bloom {} vs none {}",
+        miss(bloom),
+        miss(none)
+    );
+    assert!(
+        miss(bloom) <= 0.05 * miss(none),
+        "bloom {} vs none {}",
+        miss(bloom),
+        miss(none)
+    );
+    // Scans return the requested number of entries (starts near the end
+    // return fewer).
+    let scan = phase(bloom, "scan");
+    assert!(f(scan, &["found"]) > f(scan, &["ops"]) * 90.0);
+}
+
+#[test]
+fn cold_mode_reports_device_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_bench(
+        dir.path(),
+        &[
+            "--cold",
+            "--filter",
+            "bloom",
+            "--reads",
+            "2000",
+            "--benchmarks",
+            "fillseq,compact,readrandom,readmissing",
+        ],
+    );
+    assert_eq!(report["cold"], true);
+    let run = run_of(&report, "bloom");
+    for name in ["readrandom", "readmissing"] {
+        let p = phase(run, name);
+        assert_eq!(p["cold"], true);
+        if Path::new("/proc/self/io").exists() {
+            assert!(
+                p["device_read_bytes"].is_u64(),
+                "{name}: {}",
+                p["device_read_bytes"]
+            );
+        }
+    }
+    assert_eq!(f(phase(run, "readrandom"), &["found"]), 2000.0);
+}
+
+#[test]
+fn bad_arguments_are_rejected_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        vec!["--num", "1000000", "--key-size", "4"],
+        vec!["--benchmarks", "fillrandom,bogus"],
+        vec!["--benchmarks", "readrandom"],
+        vec!["--threads", "0"],
+        vec!["--bits-per-key", "0.5"],
+        vec!["--engine", "leveldb"],
+        vec!["--reads", "18446744073709551615"],
+        vec!["--scans", "0"],
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .arg("--dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("invalid argument"), "{args:?}: {err}");
+    }
+    if !cfg!(feature = "peer-rocksdb") {
+        let out = Command::new(BIN)
+            .args(["--engine", "sievedb,rocksdb", "--num", "100"])
+            .arg("--dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("peers"));
+    }
+}
