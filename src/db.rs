@@ -167,7 +167,22 @@ impl Db {
                 std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             ));
         }
+        // A newly created directory (and any ancestor created with it) is an
+        // entry in its parent: sync the parents, or a power cut can take the
+        // whole database, synced writes included.
+        let created: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
         fs.create_dir_all(&dir).map_err(io_err(&dir))?;
+        for d in &created {
+            let parent = match d.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            fs.sync_dir(parent).map_err(io_err(parent))?;
+        }
         let lock = acquire_lock(&dir)?;
         let counters = Arc::new(ReadCounters::default());
 

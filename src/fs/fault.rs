@@ -14,9 +14,11 @@
 //!   created since then disappear (even if their data was synced), renames
 //!   since then are undone (the old name is back, with the content it had
 //!   when durable), removed files reappear with their durable content.
-//! * Directories themselves (`create_dir_all`) are always durable, and files
-//!   the engine does not create through the filesystem interface (the
-//!   `LOCK` file) are left alone.
+//! * A directory made by `create_dir_all` is itself a directory entry: it
+//!   is durable once its parent directory has been synced; at a power cut a
+//!   directory that is not vanishes with everything in it. Files the engine
+//!   does not create through the filesystem interface (the `LOCK` file) are
+//!   left alone.
 //! * Files that existed before a `FaultFs` first saw them are taken to be
 //!   durable as they are.
 //!
@@ -140,6 +142,8 @@ struct State {
     live: HashMap<PathBuf, u64>,
     /// The namespace as of each directory's last sync.
     durable: HashMap<PathBuf, u64>,
+    /// Directories created whose entry in their parent is not durable yet.
+    new_dirs: std::collections::HashSet<PathBuf>,
     /// Set by a power cut: every call fails until `reboot`.
     frozen: bool,
     /// Freeze when `mutations` reaches this value (before that call runs).
@@ -323,6 +327,15 @@ impl FaultFs {
         let mut s = self.state.lock();
         s.frozen = true; // nothing else gets in while the disk is rewritten
         let by_inode: HashMap<u64, PathBuf> = s.live.iter().map(|(p, &i)| (i, p.clone())).collect();
+        // A directory whose entry is not durable vanishes with everything
+        // in it.
+        let lost_dirs: Vec<PathBuf> = s
+            .new_dirs
+            .iter()
+            .filter(|d| !d.ancestors().skip(1).any(|a| s.new_dirs.contains(a)))
+            .cloned()
+            .collect();
+        let in_lost_dir = |p: &Path| lost_dirs.iter().any(|d| p.starts_with(d));
         let mut survivors: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut lost = 0u64;
         let mut reverted = 0u64;
@@ -344,6 +357,10 @@ impl FaultFs {
             } else {
                 continue;
             };
+            if in_lost_dir(path) {
+                reverted += 1;
+                continue;
+            }
             survivors.push((path.clone(), bytes));
         }
         for (path, ino) in &s.live {
@@ -359,6 +376,14 @@ impl FaultFs {
                 Err(e) => return Err(e),
             }
         }
+        for d in &lost_dirs {
+            match fs::remove_dir_all(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        s.new_dirs.clear();
         s.inodes.clear();
         s.live.clear();
         s.durable.clear();
@@ -465,11 +490,18 @@ impl WritableFile for FaultFile {
 
 impl FileSystem for FaultFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        let s = self.state.lock();
+        let mut s = self.state.lock();
         if s.frozen {
             return Err(dead());
         }
-        fs::create_dir_all(path)
+        let missing: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        fs::create_dir_all(path)?;
+        s.new_dirs.extend(missing);
+        Ok(())
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
@@ -534,6 +566,7 @@ impl FileSystem for FaultFs {
             .map(|(p, &i)| (p.clone(), i))
             .collect();
         s.durable.extend(now);
+        s.new_dirs.retain(|d| d.parent() != Some(path));
         // Inodes no entry names any more need no saved content.
         let named: std::collections::HashSet<u64> =
             s.durable.values().chain(s.live.values()).copied().collect();
