@@ -5,7 +5,7 @@ set -u
 cd "$(dirname "$0")"
 SECS=${1:-600}
 shift 2>/dev/null || true
-TARGETS=${*:-"table_reader log_reader manifest_decoder filter_decode"}
+TARGETS=${*:-"table_reader log_reader manifest_decoder filter_decode hll_from_bytes"}
 BIN=target/x86_64-unknown-linux-gnu/release
 mkdir -p logs
 run() {

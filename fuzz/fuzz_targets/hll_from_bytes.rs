@@ -1,17 +1,19 @@
 //! `HyperLogLog::from_bytes` on arbitrary bytes: a typed error or a sketch,
-//! never a panic. The sketch lives on branch `sketch`; build with
-//! `--features sketch` once it is merged. Without the feature this target
-//! is empty (so the fuzz crate builds on every branch).
+//! never a panic; a decoded sketch estimates, merges and re-serializes to
+//! bytes that decode again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sievedb::sketch::HyperLogLog;
 
-#[cfg(feature = "sketch")]
 fuzz_target!(|data: &[u8]| {
-    if let Ok(hll) = sievedb::sketch::HyperLogLog::from_bytes(data) {
-        let _ = format!("{hll:?}");
+    if let Ok(hll) = HyperLogLog::from_bytes(data) {
+        let _ = hll.estimate();
+        let bytes = hll.to_bytes();
+        let back = HyperLogLog::from_bytes(&bytes).expect("re-serialized sketch decodes");
+        assert_eq!(back.estimate(), hll.estimate());
+        let mut merged = HyperLogLog::new(14);
+        let _ = merged.merge(&hll);
+        let _ = merged.estimate();
     }
 });
-
-#[cfg(not(feature = "sketch"))]
-fuzz_target!(|_data: &[u8]| {});
