@@ -105,6 +105,7 @@
 use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPolicy};
 use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON};
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// Slots per block, and bits per coefficient row.
 const W: usize = 128;
@@ -130,15 +131,11 @@ pub const MIN_SLOTS: usize = 1024;
 pub const SHARD_KEYS: usize = 8192;
 
 const SEED_MULT: u64 = 0x9e37_79b9_7f4a_7c15;
-const COEFF_XOR: u64 = 0x2545_f491_4f6c_dd1d;
-const COEFF_HI_MULT: u64 = 0xd6e8_feb8_6659_fd93;
-
-#[inline]
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// Odd multiplier of the per-seed rehash.
+const REHASH_MULT: u64 = 0xbf58_476d_1ce4_e5b9;
+/// Odd multiplier whose full 128-bit product with the rehashed key gives the
+/// coefficients.
+const COEFF_MULT: u64 = 0xc28f_8282_2b65_0bed;
 
 /// A key's row for a given seed.
 struct Row {
@@ -147,43 +144,87 @@ struct Row {
     result: u32,
 }
 
+/// What a seed XORs into the key hash before the rehash.
+#[inline]
+fn seed_mask(seed: u8) -> u64 {
+    (seed as u64 + 1).wrapping_mul(SEED_MULT)
+}
+
+/// The per-seed rehash: one multiply (its high bits, which pick the start,
+/// depend on every input bit) and one xor-shift (so the low bits, which feed
+/// the result and the low coefficients, depend on the high ones). The key
+/// hash is already uniform (XXH3), so this only has to make different seeds
+/// give unrelated rows, not to repair a weak hash.
+#[inline(always)]
+fn seeded_with_mask(key_hash: u64, seed_mask: u64) -> u64 {
+    let h = (key_hash ^ seed_mask).wrapping_mul(REHASH_MULT);
+    h ^ (h >> 32)
+}
+
 #[inline]
 fn seeded(key_hash: u64, seed: u8) -> u64 {
-    mix64(key_hash ^ (seed as u64 + 1).wrapping_mul(SEED_MULT))
+    seeded_with_mask(key_hash, seed_mask(seed))
 }
 
-#[inline]
-fn row_for(key_hash: u64, seed: u8, num_starts: u64) -> Row {
-    row_from_seeded(seeded(key_hash, seed), num_starts)
-}
-
-#[inline]
+/// The row of a rehashed key: start from the high bits (`fastrange64`),
+/// coefficients from one 64x64->128-bit multiplication, result from the low
+/// 32 bits.
+#[inline(always)]
 fn row_from_seeded(h1: u64, num_starts: u64) -> Row {
-    let h2 = mix64(h1 ^ COEFF_XOR);
-    let lo = h2 | 1;
-    let hi = h2.wrapping_mul(COEFF_HI_MULT) ^ h1.rotate_left(32);
     Row {
         start: fastrange64(h1, num_starts) as usize,
-        coeff: ((hi as u128) << 64) | lo as u128,
+        coeff: (h1 as u128).wrapping_mul(COEFF_MULT as u128) | 1,
         result: h1 as u32,
     }
 }
 
-/// Parity of the set bits of `x`.
+/// Parity of the set bits of `v`, portable.
 ///
 /// Without a multiply: the default x86-64 target has no POPCNT instruction,
-/// and `count_ones` then expands to about 30 instructions for a u128. Here
-/// the halves are folded, each nibble's parity lands in its low bit, and one
-/// multiplication sums those 16 bits into the top nibble (Bit Twiddling
-/// Hacks, "parity with a multiply"): 9 instructions.
-#[inline]
-fn parity(x: u128) -> u32 {
-    let mut v = x as u64 ^ (x >> 64) as u64;
+/// and `count_ones` then expands to about 15 instructions. Here each
+/// nibble's parity lands in its low bit, and one multiplication sums those 16
+/// bits into the top nibble (Bit Twiddling Hacks, "parity with a multiply").
+#[inline(always)]
+fn parity_mul(mut v: u64) -> u32 {
     v ^= v >> 1;
     v ^= v >> 2;
     v = (v & 0x1111_1111_1111_1111).wrapping_mul(0x1111_1111_1111_1111);
     ((v >> 60) & 1) as u32
 }
+
+/// Parity of the set bits of `v` with `count_ones`: one POPCNT instruction
+/// when inlined into a function compiled with that feature.
+#[inline(always)]
+fn parity_popcnt(v: u64) -> u32 {
+    v.count_ones() & 1
+}
+
+/// XOR of the two halves: same parity as `x`.
+#[inline(always)]
+fn fold(x: u128) -> u64 {
+    x as u64 ^ (x >> 64) as u64
+}
+
+/// Whether this CPU has POPCNT (cached by `std` after the first call).
+#[inline(always)]
+fn has_popcnt() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("popcnt")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // Other targets either have a native population count in their
+        // baseline or gain nothing from the detour; `count_ones` is right.
+        true
+    }
+}
+
+/// Columns a query checks before its first early exit. An absent key fails
+/// one of them with probability 15/16, so the exit branch is predictable,
+/// while the columns themselves are computed without branches (measured
+/// against one exit per column, see docs/filters.md).
+const EARLY_EXIT_COLUMNS: usize = 4;
 
 /// One shard's entry in the shard table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,12 +279,28 @@ impl RibbonShard {
     }
 }
 
-/// Parameters of a Ribbon filter read from its trailer and shard table.
+/// What a query needs of one shard, decoded once by [`RibbonLayout::parse`]
+/// so that a query does no byte parsing and no seed arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShardQuery {
+    /// XORed into the key hash before the seeded remix.
+    seed_mask: u64,
+    /// Possible start slots (at least 1).
+    num_starts: u64,
+    /// Where the shard's solution starts, in bytes.
+    byte_offset: usize,
+    /// First block that stores `upper_columns` columns.
+    upper_start_block: usize,
+}
+
+/// Parameters of a Ribbon filter read from its trailer and shard table.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RibbonLayout {
     num_shards: u32,
     upper_columns: u32,
     table_start: usize,
+    /// One entry per shard; shared, so cloning a decoded filter is cheap.
+    shards: Arc<[ShardQuery]>,
 }
 
 impl RibbonLayout {
@@ -271,6 +328,7 @@ impl RibbonLayout {
         if crc32fast::hash(checked) != stored_crc {
             return None;
         }
+        let mut shards = Vec::with_capacity(num_shards as usize);
         let mut next_word = 0u64;
         for i in 0..num_shards as usize {
             let shard = RibbonShard::read(bytes, table_start + i * SHARD_ENTRY_BYTES)?;
@@ -280,6 +338,12 @@ impl RibbonLayout {
             {
                 return None;
             }
+            shards.push(ShardQuery {
+                seed_mask: seed_mask(shard.seed),
+                num_starts: shard.num_starts(),
+                byte_offset: usize::try_from(next_word).ok()?.checked_mul(WORD_BYTES)?,
+                upper_start_block: shard.upper_start_block as usize,
+            });
             next_word += shard.words(upper_columns);
         }
         if next_word.checked_mul(WORD_BYTES as u64)? != table_start as u64 {
@@ -289,6 +353,7 @@ impl RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
+            shards: shards.into(),
         })
     }
 
@@ -334,42 +399,70 @@ impl RibbonLayout {
         total / self.num_shards as f64
     }
 
-    /// Queries `bytes` (already validated by [`parse`](Self::parse)). Reads
-    /// are bounds-checked: bytes that do not match the layout answer `true`.
+    /// Queries `bytes` (the bytes this layout was parsed from). Reads are
+    /// bounds-checked: bytes that do not match the layout answer `true`.
+    ///
+    /// Uses POPCNT when the CPU has it (detected at run time), otherwise a
+    /// portable parity; both give the same answer.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if has_popcnt() {
+            // SAFETY: `may_contain_popcnt` only enables the `popcnt` target
+            // feature, and `has_popcnt` just confirmed this CPU supports it.
+            return unsafe { self.may_contain_popcnt(bytes, key_hash) };
+        }
+        self.query(bytes, key_hash, parity_mul)
+    }
+
+    /// [`may_contain`](Self::may_contain) with the portable parity only,
+    /// whatever the CPU; for tests that compare both paths.
+    #[doc(hidden)]
+    pub fn may_contain_portable(&self, bytes: &[u8], key_hash: u64) -> bool {
+        self.query(bytes, key_hash, parity_mul)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt")]
+    fn may_contain_popcnt(&self, bytes: &[u8], key_hash: u64) -> bool {
+        self.query(bytes, key_hash, parity_popcnt)
+    }
+
+    #[inline(always)]
+    fn query(&self, bytes: &[u8], key_hash: u64, parity64: impl Fn(u64) -> u32) -> bool {
         let index = fastrange64(key_hash, self.num_shards as u64) as usize;
-        let Some(shard) = RibbonShard::read(bytes, self.table_start + index * SHARD_ENTRY_BYTES)
-        else {
+        let Some(shard) = self.shards.get(index) else {
             return true;
         };
-        if shard.num_blocks == 0 {
-            return true; // excluded by parse; keeps num_starts() positive
-        }
-        let row = row_for(key_hash, shard.seed, shard.num_starts());
+        let h1 = seeded_with_mask(key_hash, shard.seed_mask);
+        let row = row_from_seeded(h1, shard.num_starts);
         let block = row.start / W;
         let shift = (row.start % W) as u32;
         let upper = self.upper_columns as usize;
-        let usb = shard.upper_start_block as usize;
+        let usb = shard.upper_start_block;
         let (columns, first_word) = if block < usb {
             (upper - 1, block * (upper - 1))
         } else {
             (upper, usb * (upper - 1) + (block - usb) * upper)
         };
-        let here = (shard.word_offset as usize + first_word) * WORD_BYTES;
+        let here = shard.byte_offset + first_word * WORD_BYTES;
         // The key's 128 slots are bits `shift..128` of its start block's
         // words and bits `0..shift` of the next block's. Rather than shifting
         // every solution word into a window, split the coefficients once:
         // `low` masks the start block's word, `high` the next block's.
         let low = row.coeff << shift;
         let word = |chunk: &[u8]| <[u8; WORD_BYTES]>::try_from(chunk).map(u128::from_le_bytes);
+        // Columns are checked in a branch-free group of EARLY_EXIT_COLUMNS,
+        // then the rest: `diff` collects mismatching columns.
+        let mut diff = 0u32;
         if shift == 0 {
             let Some(words) = bytes.get(here..here + columns * WORD_BYTES) else {
                 return true;
             };
             for (j, chunk) in words.chunks_exact(WORD_BYTES).enumerate() {
                 let Ok(w) = word(chunk) else { return true };
-                if parity(w & low) != (row.result >> j) & 1 {
+                diff |= parity64(fold(w & low)) ^ ((row.result >> j) & 1);
+                if j + 1 == EARLY_EXIT_COLUMNS && diff != 0 {
                     return false;
                 }
             }
@@ -387,12 +480,13 @@ impl RibbonLayout {
                 let (Ok(w0), Ok(w1)) = (word(c0), word(c1)) else {
                     return true;
                 };
-                if parity((w0 & low) ^ (w1 & high)) != (row.result >> j) & 1 {
+                diff |= parity64(fold((w0 & low) ^ (w1 & high))) ^ ((row.result >> j) & 1);
+                if j + 1 == EARLY_EXIT_COLUMNS && diff != 0 {
                     return false;
                 }
             }
         }
-        true
+        diff == 0
     }
 }
 
@@ -692,6 +786,8 @@ const SLOTS_PER_BUCKET: usize = 64;
 struct Band {
     coeffs: Vec<u128>,
     results: Vec<u32>,
+    /// Seeded hashes in key order.
+    seeded: Vec<u64>,
     /// Seeded hashes ordered by bucket of their start slot.
     sorted: Vec<u64>,
     bucket_next: Vec<usize>,
@@ -721,8 +817,10 @@ impl Band {
         self.sorted.resize(key_hashes.len(), 0);
         self.bucket_next.clear();
         self.bucket_next.resize(buckets, 0);
-        for &h in key_hashes {
-            let h1 = seeded(h, seed);
+        self.seeded.clear();
+        self.seeded
+            .extend(key_hashes.iter().map(|&h| seeded(h, seed)));
+        for &h1 in &self.seeded {
             self.bucket_next[bucket_of(h1)] += 1;
         }
         let mut sum = 0;
@@ -731,8 +829,7 @@ impl Band {
             *next = sum;
             sum += count;
         }
-        for &h in key_hashes {
-            let h1 = seeded(h, seed);
+        for &h1 in &self.seeded {
             let next = &mut self.bucket_next[bucket_of(h1)];
             self.sorted[*next] = h1;
             *next += 1;
@@ -777,6 +874,29 @@ impl Band {
     /// Back substitution into the interleaved layout `out` (exactly the
     /// shard's solution bytes).
     fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if has_popcnt() {
+            // SAFETY: `solve_popcnt` only enables the `popcnt` target
+            // feature, and `has_popcnt` just confirmed this CPU supports it.
+            return unsafe { self.solve_popcnt(upper, upper_start_block, out) };
+        }
+        self.solve_with(upper, upper_start_block, out, parity_mul)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt")]
+    fn solve_popcnt(&self, upper: u32, upper_start_block: usize, out: &mut [u8]) {
+        self.solve_with(upper, upper_start_block, out, parity_popcnt)
+    }
+
+    #[inline(always)]
+    fn solve_with(
+        &self,
+        upper: u32,
+        upper_start_block: usize,
+        out: &mut [u8],
+        parity64: impl Fn(u64) -> u32,
+    ) {
         let num_blocks = self.coeffs.len() / W;
         let lower = upper - 1;
         // state[j] bit i = column j of slot (current + i).
@@ -790,7 +910,7 @@ impl Band {
                 for (j, s) in state.iter_mut().enumerate() {
                     *s <<= 1;
                     // Bit 0 of `*s` is 0 here, so bit 0 of `coeff` adds nothing.
-                    *s |= ((parity(coeff & *s) ^ (result >> j)) & 1) as u128;
+                    *s |= ((parity64(fold(coeff & *s)) ^ (result >> j)) & 1) as u128;
                 }
             }
             let columns = if block < upper_start_block {
