@@ -167,14 +167,24 @@ fn seeded(key_hash: u64, seed: u8) -> u64 {
 }
 
 /// The row of a rehashed key: start from the high bits (`fastrange64`),
-/// coefficients from one 64x64->128-bit multiplication, result from the low
-/// 32 bits.
+/// coefficients from one 64x64->128-bit multiplication, result from the
+/// high 32 bits.
+///
+/// The product's high half alone would be close to `h1 * COEFF_MULT / 2^64`,
+/// so keys with nearly the same start (same top bits of `h1`) would get
+/// nearly the same top coefficient bits, i.e. dependent rows; XORing in the
+/// rotated low half, whose bits depend on the low bits of `h1`, removes that.
+/// The result comes from other bits than the low coefficients, so that it is
+/// not close to a linear function of them.
 #[inline(always)]
 fn row_from_seeded(h1: u64, num_starts: u64) -> Row {
+    let product = (h1 as u128).wrapping_mul(COEFF_MULT as u128);
+    let lo = product as u64;
+    let hi = (product >> 64) as u64 ^ lo.rotate_left(32);
     Row {
         start: fastrange64(h1, num_starts) as usize,
-        coeff: (h1 as u128).wrapping_mul(COEFF_MULT as u128) | 1,
-        result: h1 as u32,
+        coeff: ((hi as u128) << 64) | (lo | 1) as u128,
+        result: (h1 >> 32) as u32,
     }
 }
 
@@ -532,6 +542,9 @@ pub struct BuildKnobs {
     pub max_seeds: u32,
     /// Keys per shard to aim at.
     pub shard_keys: usize,
+    /// Back substitution with the portable parity even when the CPU has
+    /// POPCNT (the bytes must come out identical).
+    pub portable_parity: bool,
 }
 
 impl Default for BuildKnobs {
@@ -540,6 +553,7 @@ impl Default for BuildKnobs {
             overhead: None,
             max_seeds: MAX_SEEDS,
             shard_keys: SHARD_KEYS,
+            portable_parity: false,
         }
     }
 }
@@ -755,6 +769,7 @@ impl RibbonPolicy {
                 upper,
                 shard.upper_start_block as usize,
                 &mut out[at..at + len],
+                knobs.portable_parity,
             );
         }
 
@@ -873,9 +888,9 @@ impl Band {
 
     /// Back substitution into the interleaved layout `out` (exactly the
     /// shard's solution bytes).
-    fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8]) {
+    fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8], portable: bool) {
         #[cfg(target_arch = "x86_64")]
-        if has_popcnt() {
+        if !portable && has_popcnt() {
             // SAFETY: `solve_popcnt` only enables the `popcnt` target
             // feature, and `has_popcnt` just confirmed this CPU supports it.
             return unsafe { self.solve_popcnt(upper, upper_start_block, out) };
