@@ -746,31 +746,63 @@ impl RibbonPolicy {
             shards: num_shards as u32,
             ..BuildOutcome::default()
         };
-        let mut band = Band::default();
+        // Shards are banded two at a time (see `Band::add_all_pair`), each
+        // with seed 0 first; a shard whose seed fails retries alone.
+        let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
+        let mut bands = [Band::default(), Band::default()];
+        let shard_slots: Vec<usize> = shards.iter().map(|s| s.num_blocks as usize * W).collect();
+        let mut key_ranges = Vec::with_capacity(num_shards);
         let mut begin = 0;
-        for (shard, &end) in shards.iter_mut().zip(&ends) {
-            let keys = &partitioned[begin..end];
+        for &end in &ends {
+            key_ranges.push(begin..end);
             begin = end;
-            let slots = shard.num_blocks as usize * W;
-            let solved = (0..knobs.max_seeds.min(MAX_SEEDS)).find(|&seed| {
-                let ok = band.add_all(keys, slots, seed as u8);
-                if !ok {
-                    outcome.failed_seeds += 1;
-                }
-                ok
-            });
-            let Some(seed) = solved else {
-                return fallback(outcome);
+        }
+        for first in (0..num_shards).step_by(2) {
+            let pair = first + 1 < num_shards && max_seeds > 0;
+            let job = |i: usize| (&partitioned[key_ranges[i].clone()], shard_slots[i], 0u8);
+            let first_seed_ok = if pair {
+                let [a, b] = &mut bands;
+                let (ok_a, ok_b) = Band::add_all_pair(a, job(first), b, job(first + 1));
+                [Some(ok_a), Some(ok_b)]
+            } else {
+                [None, None]
             };
-            shard.seed = seed as u8;
-            let at = shard.word_offset as usize * WORD_BYTES;
-            let len = shard.words(upper) as usize * WORD_BYTES;
-            band.solve(
-                upper,
-                shard.upper_start_block as usize,
-                &mut out[at..at + len],
-                knobs.portable_parity,
-            );
+            let last = if pair { first + 1 } else { first };
+            for (lane, index) in (first..=last).enumerate() {
+                let band = &mut bands[lane];
+                let (keys, slots, _) = job(index);
+                let seeds_from = match first_seed_ok[lane] {
+                    Some(true) => Some(0),
+                    Some(false) => {
+                        outcome.failed_seeds += 1;
+                        None
+                    }
+                    None => None,
+                };
+                let tried = u32::from(first_seed_ok[lane].is_some());
+                let solved = seeds_from.or_else(|| {
+                    (tried..max_seeds).find(|&seed| {
+                        let ok = band.add_all(keys, slots, seed as u8);
+                        if !ok {
+                            outcome.failed_seeds += 1;
+                        }
+                        ok
+                    })
+                });
+                let Some(seed) = solved else {
+                    return fallback(outcome);
+                };
+                let shard = &mut shards[index];
+                shard.seed = seed as u8;
+                let at = shard.word_offset as usize * WORD_BYTES;
+                let len = shard.words(upper) as usize * WORD_BYTES;
+                band.solve(
+                    upper,
+                    shard.upper_start_block as usize,
+                    &mut out[at..at + len],
+                    knobs.portable_parity,
+                );
+            }
         }
 
         for (i, shard) in shards.iter().enumerate() {
@@ -803,6 +835,8 @@ struct Band {
     results: Vec<u32>,
     /// Seeded hashes in key order.
     seeded: Vec<u64>,
+    /// Start slots of the band being built.
+    num_starts: u64,
     /// Seeded hashes ordered by bucket of their start slot.
     sorted: Vec<u64>,
     bucket_next: Vec<usize>,
@@ -817,7 +851,7 @@ impl Band {
     /// consecutive rows within about `SLOTS_PER_BUCKET` slots of each other,
     /// and the elimination chains walk L1-resident slots instead of random
     /// L2 ones.
-    fn add_all(&mut self, key_hashes: &[u64], slots: usize, seed: u8) -> bool {
+    fn prepare(&mut self, key_hashes: &[u64], slots: usize, seed: u8) {
         self.coeffs.clear();
         self.coeffs.resize(slots, 0);
         self.results.clear();
@@ -849,7 +883,15 @@ impl Band {
             self.sorted[*next] = h1;
             *next += 1;
         }
+        self.num_starts = num_starts;
+    }
+
+    /// Bands every key's row for `seed` into `slots` slots; false if the
+    /// system has no solution.
+    fn add_all(&mut self, key_hashes: &[u64], slots: usize, seed: u8) -> bool {
+        self.prepare(key_hashes, slots, seed);
         let sorted = std::mem::take(&mut self.sorted);
+        let num_starts = self.num_starts;
         let ok = sorted
             .iter()
             .all(|&h1| self.add(row_from_seeded(h1, num_starts)));
@@ -857,33 +899,80 @@ impl Band {
         ok
     }
 
+    /// Bands two independent shards at once, alternating one elimination
+    /// step of each. A single chain is latency-bound (each step's slot
+    /// depends on the previous step's XOR and trailing-zero count); two
+    /// unrelated chains let the CPU overlap them. Returns whether each
+    /// system was solvable with its seed.
+    fn add_all_pair(
+        a: &mut Band,
+        (keys_a, slots_a, seed_a): (&[u64], usize, u8),
+        b: &mut Band,
+        (keys_b, slots_b, seed_b): (&[u64], usize, u8),
+    ) -> (bool, bool) {
+        a.prepare(keys_a, slots_a, seed_a);
+        b.prepare(keys_b, slots_b, seed_b);
+        let (sorted_a, sorted_b) = (std::mem::take(&mut a.sorted), std::mem::take(&mut b.sorted));
+        let (na, nb) = (a.num_starts, b.num_starts);
+        let mut next_a = sorted_a.iter().map(|&h1| row_from_seeded(h1, na));
+        let mut next_b = sorted_b.iter().map(|&h1| row_from_seeded(h1, nb));
+        let (mut ok_a, mut ok_b) = (true, true);
+        let (mut row_a, mut row_b) = (next_a.next(), next_b.next());
+        while let (Some(ra), Some(rb)) = (row_a.as_mut(), row_b.as_mut()) {
+            if let Some(ok) = a.step(ra) {
+                ok_a = ok;
+                row_a = if ok { next_a.next() } else { None };
+            }
+            if let Some(ok) = b.step(rb) {
+                ok_b = ok;
+                row_b = if ok { next_b.next() } else { None };
+            }
+        }
+        // One side is finished (or failed); the other goes on alone.
+        if let Some(row) = row_a {
+            ok_a = ok_a && a.add(row) && next_a.all(|row| a.add(row));
+        }
+        if let Some(row) = row_b {
+            ok_b = ok_b && b.add(row) && next_b.all(|row| b.add(row));
+        }
+        a.sorted = sorted_a;
+        b.sorted = sorted_b;
+        (ok_a, ok_b)
+    }
+
     #[inline]
-    fn add(&mut self, row: Row) -> bool {
-        let Row {
-            mut start,
-            mut coeff,
-            mut result,
-        } = row;
+    fn add(&mut self, mut row: Row) -> bool {
+        loop {
+            if let Some(ok) = self.step(&mut row) {
+                return ok;
+            }
+        }
+    }
+
+    /// One elimination step of `row`: `Some(true)` when it was stored or
+    /// was redundant, `Some(false)` when the system has no solution, `None`
+    /// when it moved on to its next pivot.
+    #[inline(always)]
+    fn step(&mut self, row: &mut Row) -> Option<bool> {
         // Invariants: bit 0 of `coeff` is set and `start + 128 <= slots`, so
         // every index below is in bounds; a stored row at `start` also has
         // bit 0 set, hence the XOR clears it and the pivot moves right.
-        loop {
-            let existing = self.coeffs[start];
-            if existing == 0 {
-                self.coeffs[start] = coeff;
-                self.results[start] = result;
-                return true;
-            }
-            coeff ^= existing;
-            result ^= self.results[start];
-            if coeff == 0 {
-                // Redundant (e.g. a duplicate key) if the results agree.
-                return result == 0;
-            }
-            let tz = coeff.trailing_zeros();
-            start += tz as usize;
-            coeff >>= tz;
+        let existing = self.coeffs[row.start];
+        if existing == 0 {
+            self.coeffs[row.start] = row.coeff;
+            self.results[row.start] = row.result;
+            return Some(true);
         }
+        row.coeff ^= existing;
+        row.result ^= self.results[row.start];
+        if row.coeff == 0 {
+            // Redundant (e.g. a duplicate key) if the results agree.
+            return Some(row.result == 0);
+        }
+        let tz = row.coeff.trailing_zeros();
+        row.start += tz as usize;
+        row.coeff >>= tz;
+        None
     }
 
     /// Back substitution into the interleaved layout `out` (exactly the
