@@ -188,7 +188,7 @@ impl FilterPolicy for ExactSet {
         sorted.iter().flat_map(|h| h.to_le_bytes()).collect()
     }
     fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
-        if filter.len() % 8 != 0 {
+        if !filter.len().is_multiple_of(8) {
             return true;
         }
         let mut words = filter
