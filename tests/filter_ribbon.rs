@@ -202,6 +202,9 @@ fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
         (expected - bloom_fp).abs() / bloom_fp < 0.01,
         "{expected} vs {bloom_fp}"
     );
+    // The size target: at most 7.0 bits/key at that rate.
+    let bits_per_key = m.bytes.len() as f64 * 8.0 / 1_000_000.0;
+    assert!(bits_per_key <= 7.0, "{bits_per_key} bits/key");
     // And it costs about 30% less space than that Bloom filter.
     let bloom_bytes = (1_000_000.0 * 10.0 / 8.0) as usize;
     assert!(
