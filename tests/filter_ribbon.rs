@@ -469,3 +469,23 @@ fn popcnt_and_portable_builds_are_identical() {
         assert_no_false_negatives(&slow, &keys);
     }
 }
+
+/// Bytes of the first Ribbon version (format id 0x02, other row hashing)
+/// are not believed: they may contain every key and are counted.
+#[test]
+fn first_version_format_id_is_not_read() {
+    let keys = hashes(20_000, 11);
+    let mut bytes = RibbonPolicy::new(10.0).build(&keys);
+    let last = bytes.last_mut().expect("non-empty filter");
+    assert_eq!(*last, FORMAT_RIBBON);
+    *last = filter::FORMAT_RIBBON_V1;
+    assert!(RibbonLayout::parse(&bytes).is_none());
+    let before = filter::undecodable_filters();
+    let decoded = Filter::decode(bytes.clone());
+    assert_eq!(decoded.unfiltered(), Some(filter::Unfiltered::Undecodable));
+    assert!(filter::undecodable_filters() > before);
+    for &h in keys.iter().take(100).chain(absent(1000).iter()) {
+        assert!(decoded.may_contain(h));
+        assert!(filter::may_contain(&bytes, h));
+    }
+}

@@ -60,7 +60,7 @@
 //!
 //! ```text
 //! +-----------------+-----+-------------------+-----------------------------+------------+-------+--------+------+
-//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x02 |
+//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x03 |
 //! | solution        |     | solution          | 13 bytes:                   | (k) u32 LE | cols  | u32 LE | (id) |
 //! |                 |     |                   |  word_offset       u32 LE   |            | u8    |        |      |
 //! |                 |     |                   |  num_blocks        u32 LE   |            | 1..=32|        |      |
@@ -77,6 +77,10 @@
 //! crc32 (CRC-32/ISO-HDLC, crc32fast): over the shard table, num_shards and
 //!   upper cols
 //! ```
+//!
+//! Format id 0x03. The first version of this filter used id 0x02 with the
+//! same layout but another row hashing; its bytes are not read (see
+//! [`FORMAT_RIBBON_V1`](super::FORMAT_RIBBON_V1)).
 //!
 //! The table and trailer carry their own checksum because a damaged seed or
 //! offset would still look consistent yet make queries wrong, giving false
