@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sievedb::filter::bloom::TRAILER_BYTES;
 use sievedb::filter::{
     key_hash, may_contain, undecodable_filters, BloomPolicy, Filter, FilterPolicy, NoFilter,
-    Unfiltered, FORMAT_BLOOM, FORMAT_RIBBON,
+    RibbonPolicy, Unfiltered, FORMAT_BLOOM, FORMAT_RIBBON,
 };
 
 /// Every built-in policy under test. Adding a policy is one line here.
@@ -17,6 +17,8 @@ fn policies() -> Vec<Arc<dyn FilterPolicy>> {
         Arc::new(BloomPolicy::new(10.0)),
         Arc::new(BloomPolicy::new(16.0)),
         Arc::new(BloomPolicy::new(1.0)),
+        Arc::new(RibbonPolicy::new(10.0)),
+        Arc::new(RibbonPolicy::new(16.0)),
         Arc::new(NoFilter),
     ]
 }

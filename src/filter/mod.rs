@@ -44,7 +44,13 @@ pub use ribbon::RibbonPolicy;
 /// Format id (last byte) of a blocked Bloom filter.
 pub const FORMAT_BLOOM: u8 = 0x01;
 /// Format id (last byte) of a standard Ribbon filter.
-pub const FORMAT_RIBBON: u8 = 0x02;
+pub const FORMAT_RIBBON: u8 = 0x03;
+/// Format id of the first Ribbon version, retired: same layout, but its rows
+/// were derived from the key hash differently, so reading its bytes with the
+/// current code would give false negatives. Such bytes decode as
+/// undecodable ("may contain" for every key, counted in
+/// [`undecodable_filters`]).
+pub const FORMAT_RIBBON_V1: u8 = 0x02;
 
 /// Prefix of the names of built-in policies. Filters recorded under such a
 /// name are decoded from their bytes, whatever policy the database now uses.
