@@ -65,7 +65,7 @@ mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use db::Db;
+pub use db::{Db, HOT_KEYS_TRACKED};
 pub use error::{Error, Result};
 pub use merge::DbIterator;
 pub use options::{CompactionPick, Options};
