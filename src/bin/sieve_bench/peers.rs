@@ -100,7 +100,7 @@ impl Engine for RocksEngine {
         };
         let tables_per_level = (0..7)
             .map(|l| {
-                db.property_int_value(format!("rocksdb.num-files-at-level{l}"))
+                db.property_int_value(&format!("rocksdb.num-files-at-level{l}"))
                     .ok()
                     .flatten()
                     .unwrap_or(0)
