@@ -90,7 +90,9 @@ impl Memtable {
 
     /// True when nothing was inserted.
     pub(crate) fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        // Every insert adds to the byte count first: one atomic load, no
+        // skip-list epoch pinning on the read path.
+        self.approx_bytes.load(Ordering::Relaxed) == 0
     }
 
     /// A cursor over the memtable's versions in internal-key order.

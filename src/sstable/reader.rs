@@ -102,6 +102,12 @@ impl Table {
         // bytes cannot change under the `&[u8]` this hands out. Every read
         // of them is bounds-checked and checksummed.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        // Point reads touch one 4 KiB block here and there: without this
+        // hint a page fault on a cold table reads ahead up to the device's
+        // read-ahead window (8 MiB measured here), so a cold get cost
+        // megabytes of device reads (docs/benchmarks.md, cold cache). Only a
+        // hint: if the kernel refuses it, reads are still correct.
+        let _ = mmap.advise(memmap2::Advice::Random);
         let file_len = mmap.len() as u64;
         let footer_at = file_len.checked_sub(FOOTER_LEN as u64).ok_or_else(|| {
             Error::corruption(path, Some(file_len), "file shrank below the footer size")
