@@ -54,9 +54,19 @@ pub const HOT_KEYS_TRACKED: usize = 64;
 /// 2,719 counters per row, 4 rows (delta 2%): about 43 KiB, cache-resident.
 const HOT_KEYS_EPSILON: f64 = 0.001;
 const HOT_KEYS_DELTA: f64 = 0.02;
-/// Hot-key counts halve every this many reads, so the list follows recent
-/// traffic.
+/// Hot-key counts halve every this many sampled reads (2^23 reads), so the
+/// list follows recent traffic.
 const HOT_KEYS_AGING_PERIOD: u64 = 1 << 20;
+/// One point read in this many (counted per thread) feeds the hot-key
+/// sketch: a hot key is read often enough to be sampled many times, and the
+/// sketch's cost (a conservative count-min update, ~30-50 ns) is paid on one
+/// read in eight instead of every read (a missing-key get is ~150 ns).
+const HOT_KEYS_SAMPLE_EVERY: u32 = 8;
+
+thread_local! {
+    /// Point reads made by this thread, for hot-key sampling.
+    static HOT_KEYS_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
 
 /// Name of write-ahead log `number`.
 pub(crate) fn log_file_name(number: u64) -> String {
@@ -466,15 +476,22 @@ impl Db {
         self.inner.stats()
     }
 
-    /// The `k` most frequently read keys (by point reads, recent traffic
-    /// weighted more: counts halve every 2^20 reads) with their estimated
+    /// The `k` most frequently read keys (by point reads; recent traffic
+    /// weighted more: counts halve every 2^23 reads) with their estimated
     /// read counts, hottest first. Empty when `Options::track_hot_keys` is
     /// off. At most [`HOT_KEYS_TRACKED`] keys are tracked.
+    ///
+    /// One read in 8 per thread is sampled, so a count is the sampled count
+    /// times 8: an estimate within a few percent for a key read thousands of
+    /// times, not a bound (keys read only a handful of times are noise).
     pub fn hot_keys(&self, k: usize) -> Vec<(Vec<u8>, u64)> {
         match &self.inner.hot_keys {
             Some(hot) => {
                 let mut top = hot.lock().top();
                 top.truncate(k);
+                for (_, count) in &mut top {
+                    *count = count.saturating_mul(HOT_KEYS_SAMPLE_EVERY as u64);
+                }
                 top
             }
             None => Vec::new(),
@@ -833,10 +850,18 @@ impl DbInner {
         ReadCounters::add(&self.counters.gets, 1);
         let hash = key_hash(key);
         if let Some(hot) = &self.hot_keys {
-            // Never wait: under contention an observation is skipped rather
-            // than serialising readers on the sketch.
-            if let Some(mut hot) = hot.try_lock() {
-                hot.observe_hash(key, hash);
+            // One read in HOT_KEYS_SAMPLE_EVERY (per thread) feeds the
+            // sketch, and never waits: under contention the observation is
+            // skipped rather than serialising readers on the sketch.
+            let sampled = HOT_KEYS_SAMPLE.with(|n| {
+                let next = n.get().wrapping_add(1);
+                n.set(next);
+                next % HOT_KEYS_SAMPLE_EVERY == 0
+            });
+            if sampled {
+                if let Some(mut hot) = hot.try_lock() {
+                    hot.observe_hash(key, hash);
+                }
             }
         }
         // A short-lived guard: no reference-count traffic on the hot path.

@@ -64,9 +64,10 @@ fn hot_keys_follow_point_reads() {
     let want: Vec<Vec<u8>> = (0..5).map(key).collect();
     assert_eq!(hot_ids, want);
     for (_, count) in &hot {
-        // Each hot key was read about 100,000 / 2 / 5 = 10,000 times; the
-        // sketch never undercounts.
-        assert!(*count >= 9_000, "{count}");
+        // Each hot key was read about 100,000 / 2 / 5 + 10 = 10,010 times;
+        // one read in 8 is sampled (binomial: 8 x 1,251 ± 8 x 33), and the
+        // sketch never undercounts what it sampled.
+        assert!((9_000..=12_000).contains(count), "{count}");
     }
     // Turned off: nothing tracked.
     drop(db);
