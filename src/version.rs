@@ -141,7 +141,7 @@ impl Version {
         if let Some(l0) = self.levels.first() {
             for handle in l0 {
                 if handle.covers(user_key) {
-                    if let Some(found) = handle.table.get(user_key, key_hash, snapshot)? {
+                    if let Some(found) = handle.table.get_in_range(user_key, key_hash, snapshot)? {
                         return Ok(Some(found));
                     }
                 }
@@ -149,7 +149,7 @@ impl Version {
         }
         for tables in self.levels.iter().skip(1) {
             if let Some(handle) = find_covering(tables, user_key) {
-                if let Some(found) = handle.table.get(user_key, key_hash, snapshot)? {
+                if let Some(found) = handle.table.get_in_range(user_key, key_hash, snapshot)? {
                     return Ok(Some(found));
                 }
             }

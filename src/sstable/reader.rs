@@ -362,6 +362,23 @@ impl Table {
         {
             return Ok(None);
         }
+        self.get_in_range(user_key, key_hash, snapshot)
+    }
+
+    /// [`get`](Self::get) for a caller that has already checked that
+    /// `user_key` lies in `[smallest, largest]` (the engine's lookup does,
+    /// against the manifest's copy of the range): steps 2 to 4 only. A key
+    /// outside the range still gets a correct answer (`None`), but is counted
+    /// as a filter check.
+    pub(crate) fn get_in_range(
+        &self,
+        user_key: &[u8],
+        key_hash: u64,
+        snapshot: SequenceNumber,
+    ) -> Result<Option<Found>> {
+        if self.meta.entries == 0 {
+            return Ok(None);
+        }
         let c = &*self.counters;
         ReadCounters::add(&c.filter_checks, 1);
         if !self.filter.may_contain(key_hash) {
