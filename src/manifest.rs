@@ -66,6 +66,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::key::MAX_SEQUENCE;
+use crate::sstable::format::put_varint64;
 use crate::wal::{scan_log, LogWriter, MAX_RECORD_PAYLOAD};
 
 /// Levels a manifest can describe (levels `0..MAX_LEVELS`).
@@ -136,16 +137,8 @@ pub struct VersionEdit {
     pub log_number: Option<u64>,
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_varint(out, bytes.len() as u64);
+    put_varint64(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
@@ -266,24 +259,24 @@ impl VersionEdit {
             (TAG_LOG_NUMBER, self.log_number),
         ] {
             if let Some(v) = value {
-                put_varint(&mut out, tag);
-                put_varint(&mut out, v);
+                put_varint64(&mut out, tag);
+                put_varint64(&mut out, v);
             }
         }
         for &(level, file_number) in &self.removed {
-            put_varint(&mut out, TAG_REMOVED_TABLE);
-            put_varint(&mut out, u64::from(level));
-            put_varint(&mut out, file_number);
+            put_varint64(&mut out, TAG_REMOVED_TABLE);
+            put_varint64(&mut out, u64::from(level));
+            put_varint64(&mut out, file_number);
         }
         for t in &self.added {
-            put_varint(&mut out, TAG_ADDED_TABLE);
-            put_varint(&mut out, u64::from(t.level));
-            put_varint(&mut out, t.file_number);
-            put_varint(&mut out, t.file_size);
+            put_varint64(&mut out, TAG_ADDED_TABLE);
+            put_varint64(&mut out, u64::from(t.level));
+            put_varint64(&mut out, t.file_number);
+            put_varint64(&mut out, t.file_size);
             put_bytes(&mut out, &t.smallest);
             put_bytes(&mut out, &t.largest);
-            put_varint(&mut out, t.smallest_seq);
-            put_varint(&mut out, t.largest_seq);
+            put_varint64(&mut out, t.smallest_seq);
+            put_varint64(&mut out, t.largest_seq);
         }
         out
     }
