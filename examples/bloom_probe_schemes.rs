@@ -1,0 +1,313 @@
+//! Probe-scheme experiment for the blocked Bloom filter: the shipped
+//! multiply-chain probes against schemes whose probes are distinct inside the
+//! 512-bit line (double hashing, partitioned, one probe per word, sampling
+//! without replacement). Measures FP rate over 10M absent queries and query
+//! time, side by side. Not a benchmark of the library; see docs/filters.md.
+//!
+//! Run: `cargo run --release --example bloom_probe_schemes`
+#![allow(dead_code, clippy::needless_range_loop)]
+// A research harness: terse names, every scheme inline, no library API.
+use std::hint::black_box;
+use std::time::Instant;
+
+const LINE_WORDS: usize = 8;
+const PM: u32 = 0x9e37_79b9;
+
+fn powers() -> [u32; 32] {
+    let mut p = [1u32; 32];
+    for i in 1..32 {
+        p[i] = p[i - 1].wrapping_mul(PM);
+    }
+    p
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Scheme {
+    Old,
+    Ap,
+    Part,
+    ApXor,
+    ApXm,
+    ApXms,
+    Seq,
+    Word,
+}
+
+struct F {
+    lines: Vec<[u64; LINE_WORDS]>,
+    k: u32,
+    pw: [u32; 32],
+    scheme: Scheme,
+    starts: Vec<u32>,
+    sizes: Vec<u32>,
+}
+
+impl F {
+    fn new(n: usize, bpk: f64, k: u32, scheme: Scheme) -> F {
+        let bits = (n as f64 * bpk).ceil() as u64;
+        let nl = bits.div_ceil(512) as usize;
+        let mut starts = vec![];
+        let mut sizes = vec![];
+        let mut s = 0;
+        for i in 0..k {
+            let sz = 512 / k + u32::from(i < 512 % k);
+            starts.push(s);
+            sizes.push(sz);
+            s += sz;
+        }
+        F {
+            lines: vec![[0; 8]; nl],
+            k,
+            pw: powers(),
+            scheme,
+            starts,
+            sizes,
+        }
+    }
+    #[inline(always)]
+    fn seq_positions(&self, st: u32, out: &mut [u32; 32]) {
+        // sampling without replacement: r_i uniform in 0..512-i, mapped to
+        // the r_i-th bit not yet chosen (sorted picks, ascending).
+        let mut sorted = [0u32; 32];
+        for i in 0..self.k as usize {
+            let x = st.wrapping_mul(self.pw[i]);
+            let mut r = ((x as u64 * (512 - i as u64)) >> 32) as u32;
+            let mut ins = i;
+            for j in 0..i {
+                if r >= sorted[j] {
+                    r += 1;
+                } else if ins == i {
+                    ins = j;
+                }
+            }
+            // r >= sorted[j] for j < ins; insert at ins
+            let mut j = i;
+            while j > ins {
+                sorted[j] = sorted[j - 1];
+                j -= 1;
+            }
+            sorted[ins] = r;
+            out[i] = r;
+        }
+    }
+    #[inline(always)]
+    fn pos(&self, st: u32, i: usize) -> u32 {
+        match self.scheme {
+            Scheme::Old => st.wrapping_mul(self.pw[i]) >> 23,
+            Scheme::Ap => {
+                let a = st >> 23;
+                let b = ((st >> 14) & 511) | 1;
+                (a.wrapping_add(i as u32 * b)) & 511
+            }
+            Scheme::ApXor => {
+                let a = st >> 23;
+                let b = ((st >> 14) & 511) | 1;
+                let d = (st >> 5) & 511;
+                ((a.wrapping_add(i as u32 * b)) & 511) ^ d
+            }
+            Scheme::ApXm | Scheme::ApXms => {
+                let a = st >> 23;
+                let b = ((st >> 14) & 511) | 1;
+                let d = (st >> 5) & 511;
+                let c = ((st & 31) << 1) | 1;
+                let mut x = ((((a.wrapping_add(i as u32 * b)) & 511) ^ d) * c) & 511;
+                if let Scheme::ApXms = self.scheme {
+                    x ^= x >> 4;
+                }
+                x
+            }
+            Scheme::Seq => unreachable!(),
+            Scheme::Word => {
+                // probe i in word (w0 + i*s) & 7 (s odd: distinct words for
+                // i < 8), bit inside the word from the multiply chain.
+                let w0 = st & 7;
+                let sstep = ((st >> 3) & 3) * 2 + 1;
+                let w = (w0 + i as u32 * sstep) & 7;
+                (w << 6) | (st.wrapping_mul(self.pw[i]) >> 26)
+            }
+            Scheme::Part => {
+                let x = st.wrapping_mul(self.pw[i]);
+                self.starts[i] + ((x as u64 * self.sizes[i] as u64) >> 32) as u32
+            }
+        }
+    }
+    fn add(&mut self, h: u64) {
+        let l = ((h as u32 as u64 * self.lines.len() as u64) >> 32) as usize;
+        let st = (h >> 32) as u32;
+        let mut ps = [0u32; 32];
+        if let Scheme::Seq = self.scheme {
+            self.seq_positions(st, &mut ps);
+        }
+        for i in 0..self.k as usize {
+            let p = if let Scheme::Seq = self.scheme {
+                ps[i]
+            } else {
+                self.pos(st, i)
+            };
+            self.lines[l][(p >> 6) as usize] |= 1 << (p & 63);
+        }
+    }
+    #[inline(always)]
+    fn q(&self, h: u64) -> bool {
+        let l = ((h as u32 as u64 * self.lines.len() as u64) >> 32) as usize;
+        let st = (h >> 32) as u32;
+        let line = &self.lines[l];
+        let mut all = 1u64;
+        let mut ps = [0u32; 32];
+        if let Scheme::Seq = self.scheme {
+            self.seq_positions(st, &mut ps);
+        }
+        for i in 0..self.k as usize {
+            let p = if let Scheme::Seq = self.scheme {
+                ps[i]
+            } else {
+                self.pos(st, i)
+            };
+            all &= line[(p >> 6) as usize] >> (p & 63);
+        }
+        all & 1 == 1
+    }
+}
+
+fn xs(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        // splitmix64
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// fp for uniformly random distinct k-subsets (no-collision formula).
+fn theory_distinct(bpk: f64, k: usize) -> f64 {
+    let m = 512usize;
+    let lambda = 512.0 / bpk;
+    // hypergeometric: key picks k of m, hits x of u uncovered targets.
+    let lnc =
+        |n: usize, r: usize| -> f64 { (1..=r).map(|i| ((n - r + i) as f64 / i as f64).ln()).sum() };
+    let mut cov = vec![0.0f64; k + 1]; // cov[h]: h of the k targets covered
+    cov[0] = 1.0;
+    let mut lp = -lambda;
+    let mut total = 0.0;
+    let upper = (lambda + 12.0 * lambda.sqrt() + 30.0) as usize;
+    for j in 0..=upper {
+        if j > 0 {
+            lp += lambda.ln() - (j as f64).ln();
+        }
+        total += lp.exp() * cov[k];
+        let mut next = vec![0.0; k + 1];
+        for h in 0..=k {
+            let u = k - h;
+            for x in 0..=u.min(k) {
+                let p = (lnc(u, x) + lnc(m - u, k - x) - lnc(m, k)).exp();
+                next[h + x] += cov[h] * p;
+            }
+        }
+        cov = next;
+    }
+    total
+}
+
+fn main() {
+    let n = 1_000_000usize;
+    let queries = 10_000_000usize;
+    let seeds = [1u64, 2, 3, 4, 5];
+    for (bpk, k) in [(6.0, 4u32), (10.0, 6), (16.0, 9)] {
+        println!(
+            "bpk {bpk} k {k}: old theory {:.4}%  distinct theory {:.4}%",
+            100.0 * sievedb::filter::bloom::blocked_bloom_fp_rate(bpk, k),
+            100.0 * theory_distinct(bpk, k as usize)
+        );
+        for scheme in [
+            Scheme::Old,
+            Scheme::Ap,
+            Scheme::ApXor,
+            Scheme::ApXms,
+            Scheme::Part,
+            Scheme::Word,
+            Scheme::Seq,
+        ] {
+            let mut fps = 0u64;
+            let mut per = vec![];
+            for &seed in &seeds {
+                let mut r = xs(seed * 0x1234_5678_9abc);
+                let mut f = F::new(n, bpk, k, scheme);
+                let keys: Vec<u64> = (0..n).map(|_| r()).collect();
+                for &h in &keys {
+                    f.add(h);
+                }
+                assert!(keys.iter().all(|&h| f.q(h)));
+                let mut c = 0u64;
+                for _ in 0..queries {
+                    c += u64::from(f.q(r()));
+                }
+                per.push(100.0 * c as f64 / queries as f64);
+                fps += c;
+            }
+            let tot = (queries * seeds.len()) as f64;
+            let p = fps as f64 / tot;
+            let se = (p * (1.0 - p) / tot).sqrt();
+            println!(
+                "  {:?}: FP {:.4}% ± {:.4}% (1 s.e., {} queries) per seed {:?}",
+                scheme,
+                100.0 * p,
+                100.0 * se,
+                tot,
+                per.iter().map(|x| format!("{x:.4}")).collect::<Vec<_>>()
+            );
+        }
+    }
+    // query ns, side by side, interleaved rounds, 1M-key filter at 10 bpk
+    let mut r = xs(99);
+    let keys: Vec<u64> = (0..n).map(|_| r()).collect();
+    let absent: Vec<u64> = (0..n).map(|_| r()).collect();
+    let mut fs: Vec<F> = [Scheme::Old, Scheme::Ap, Scheme::Word]
+        .into_iter()
+        .map(|s| {
+            let mut f = F::new(n, 10.0, 6, s);
+            for &h in &keys {
+                f.add(h);
+            }
+            f
+        })
+        .collect();
+    let lib = sievedb::filter::Filter::decode(sievedb::filter::FilterPolicy::build(
+        &sievedb::filter::BloomPolicy::new(10.0),
+        &keys,
+    ));
+    let mut times = vec![vec![]; 4];
+    for _round in 0..11 {
+        for (i, f) in fs.iter_mut().enumerate() {
+            let t = Instant::now();
+            let c = absent.iter().filter(|&&h| f.q(black_box(h))).count();
+            times[i].push(t.elapsed().as_nanos() as f64 / n as f64);
+            black_box(c);
+        }
+        let t = Instant::now();
+        let c = absent
+            .iter()
+            .filter(|&&h| lib.may_contain(black_box(h)))
+            .count();
+        times[3].push(t.elapsed().as_nanos() as f64 / n as f64);
+        black_box(c);
+    }
+    for (name, mut t) in [
+        "old portable",
+        "ap portable",
+        "word portable",
+        "lib v1 (avx2)",
+    ]
+    .into_iter()
+    .zip(times)
+    {
+        t.sort_by(f64::total_cmp);
+        println!(
+            "{name}: median {:.2} ns/query absent (min {:.2})",
+            t[t.len() / 2],
+            t[0]
+        );
+    }
+}
