@@ -73,13 +73,8 @@ impl TableIter {
         // Borrows fields separately (no `Arc` clone per entry): the block
         // bytes come from `self.table` while `self.key` is rewritten.
         let base = self.contents.start;
-        let contents = self
-            .table
-            .mmap_bytes()
-            .get(self.contents.clone())
-            .unwrap_or_default();
         let path = self.table.path();
-        let view = BlockView::parse(contents, base as u64).map_err(|c| corruption(path, c))?;
+        let view = loaded_block(&self.table, &self.contents).map_err(|c| corruption(path, c))?;
         if self.next_pos >= view.entries_end() {
             return Ok(false);
         }
@@ -139,13 +134,8 @@ impl InternalIterator for TableIter {
             return Ok(()); // every key is smaller than the target
         }
         let base = self.contents.start;
-        let contents = self
-            .table
-            .mmap_bytes()
-            .get(self.contents.clone())
-            .unwrap_or_default();
         let path = self.table.path();
-        let sought = BlockView::parse(contents, base as u64)
+        let sought = loaded_block(&self.table, &self.contents)
             .and_then(|view| view.seek(user_key, trailer, &mut self.key))
             .map_err(|c| corruption(path, c));
         let r = match sought {
@@ -192,6 +182,17 @@ impl InternalIterator for TableIter {
             .get(self.value.clone())
             .unwrap_or_default()
     }
+}
+
+/// The block loaded by [`TableIter::load`] (its checksum was verified
+/// then), as a view over the table's mapped bytes. A free function so the
+/// caller can keep writing the iterator's other fields while it is borrowed.
+fn loaded_block<'a>(
+    table: &'a Table,
+    contents: &Range<usize>,
+) -> std::result::Result<BlockView<'a>, BlockCorruption> {
+    let bytes = table.mmap_bytes().get(contents.clone()).unwrap_or_default();
+    BlockView::parse(bytes, contents.start as u64)
 }
 
 fn corruption(path: &Path, c: BlockCorruption) -> Error {

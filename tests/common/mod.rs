@@ -30,16 +30,19 @@ pub fn small_options() -> Options {
     }
 }
 
-/// A deterministic pseudo-random generator (splitmix64) for tests.
+#[path = "../support/streams.rs"]
+mod streams;
+
+/// A deterministic pseudo-random generator for tests: the shared SplitMix64
+/// of `tests/support/streams.rs`, with helpers for keys and values.
 pub struct Rng(pub u64);
 
 impl Rng {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let mut generator = streams::SplitMix64(self.0);
+        let value = generator.next_u64();
+        self.0 = generator.0;
+        value
     }
 
     pub fn below(&mut self, n: u64) -> u64 {
