@@ -31,6 +31,9 @@ enum Scheme {
     ApXms,
     Seq,
     Word,
+    W16Ap,
+    W16Perm,
+    ChainDistinct,
 }
 
 struct F {
@@ -90,6 +93,24 @@ impl F {
             out[i] = r;
         }
     }
+    /// The first k distinct values of the multiply chain (top 9 bits of
+    /// st * M^i, i = 0, 1, 2, ...): rejection sampling without replacement.
+    #[inline(always)]
+    fn chain_distinct(&self, st: u32, out: &mut [u32; 32]) {
+        let mut taken = [0u64; 8];
+        let mut n = 0;
+        let mut x = st;
+        while n < self.k as usize {
+            let p = x >> 23;
+            let bit = 1u64 << (p & 63);
+            if taken[(p >> 6) as usize] & bit == 0 {
+                taken[(p >> 6) as usize] |= bit;
+                out[n] = p;
+                n += 1;
+            }
+            x = x.wrapping_mul(PM);
+        }
+    }
     #[inline(always)]
     fn pos(&self, st: u32, i: usize) -> u32 {
         match self.scheme {
@@ -116,7 +137,7 @@ impl F {
                 }
                 x
             }
-            Scheme::Seq => unreachable!(),
+            Scheme::Seq | Scheme::ChainDistinct => unreachable!(),
             Scheme::Word => {
                 // probe i in word (w0 + i*s) & 7 (s odd: distinct words for
                 // i < 8), bit inside the word from the multiply chain.
@@ -124,6 +145,26 @@ impl F {
                 let sstep = ((st >> 3) & 3) * 2 + 1;
                 let w = (w0 + i as u32 * sstep) & 7;
                 (w << 6) | (st.wrapping_mul(self.pw[i]) >> 26)
+            }
+            Scheme::W16Ap => {
+                // probe i in 32-bit word (w0 + i*s) & 15 (s odd: distinct
+                // words for i < 16), bit inside the word from a salt multiply.
+                let w0 = st & 15;
+                let sstep = ((st >> 4) & 7) * 2 + 1;
+                let w = (w0 + i as u32 * sstep) & 15;
+                (w << 5) | (st.wrapping_mul(self.pw[i + 1]) >> 27)
+            }
+            Scheme::W16Perm => {
+                // reference: a uniformly random k-subset of the 16 words
+                // (Fisher-Yates driven by the hash), uniform bit in each.
+                let mut words: [u32; 16] = core::array::from_fn(|j| j as u32);
+                let mut x = st;
+                for j in 0..=i {
+                    x = x.wrapping_mul(PM).wrapping_add(0x7f4a_7c15);
+                    let pick = j + ((x as u64 * (16 - j) as u64) >> 32) as usize;
+                    words.swap(j, pick);
+                }
+                (words[i] << 5) | (st.wrapping_mul(self.pw[i + 1]) >> 27)
             }
             Scheme::Part => {
                 let x = st.wrapping_mul(self.pw[i]);
@@ -138,8 +179,11 @@ impl F {
         if let Scheme::Seq = self.scheme {
             self.seq_positions(st, &mut ps);
         }
+        if let Scheme::ChainDistinct = self.scheme {
+            self.chain_distinct(st, &mut ps);
+        }
         for i in 0..self.k as usize {
-            let p = if let Scheme::Seq = self.scheme {
+            let p = if matches!(self.scheme, Scheme::Seq | Scheme::ChainDistinct) {
                 ps[i]
             } else {
                 self.pos(st, i)
@@ -157,8 +201,11 @@ impl F {
         if let Scheme::Seq = self.scheme {
             self.seq_positions(st, &mut ps);
         }
+        if let Scheme::ChainDistinct = self.scheme {
+            self.chain_distinct(st, &mut ps);
+        }
         for i in 0..self.k as usize {
-            let p = if let Scheme::Seq = self.scheme {
+            let p = if matches!(self.scheme, Scheme::Seq | Scheme::ChainDistinct) {
                 ps[i]
             } else {
                 self.pos(st, i)
@@ -213,7 +260,10 @@ fn theory_distinct(bpk: f64, k: usize) -> f64 {
 
 fn main() {
     let n = 1_000_000usize;
-    let queries = 10_000_000usize;
+    let queries: usize = std::env::var("Q")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
     let seeds = [1u64, 2, 3, 4, 5];
     for (bpk, k) in [(6.0, 4u32), (10.0, 6), (16.0, 9)] {
         println!(
@@ -221,15 +271,7 @@ fn main() {
             100.0 * sievedb::filter::bloom::blocked_bloom_fp_rate(bpk, k),
             100.0 * theory_distinct(bpk, k as usize)
         );
-        for scheme in [
-            Scheme::Old,
-            Scheme::Ap,
-            Scheme::ApXor,
-            Scheme::ApXms,
-            Scheme::Part,
-            Scheme::Word,
-            Scheme::Seq,
-        ] {
+        for scheme in [Scheme::Old, Scheme::ChainDistinct, Scheme::Seq] {
             let mut fps = 0u64;
             let mut per = vec![];
             for &seed in &seeds {
