@@ -453,9 +453,10 @@ fn popcnt_and_portable_queries_agree() {
 /// `may_contain` (the AVX2 column path on CPUs with AVX2, as this test
 /// checks on x86-64) and from the portable scalar loop, and no present key is
 /// rejected: filters of 1 to 1,000,000 keys, whole and fractional result
-/// bits from 1 to 32 columns (the vector path reads columns in pairs and
-/// eight at a time, so 6, 7, 8, 9, 10, 17 and 32 columns cover odd counts,
-/// one and several chunks), one-block shards (every start block-aligned, in
+/// bits from 0 to 32 columns (the vector path reads columns in pairs and
+/// eight at a time, with a separate path for six to eight columns, so every
+/// count from 0 to 11 and 16, 17 and 32 cover odd counts, one and several
+/// chunks), one-block shards (every start block-aligned, in
 /// the shard's last block) and block-aligned starts in larger shards.
 #[test]
 fn avx2_and_portable_queries_agree_on_many_filters() {
@@ -478,6 +479,9 @@ fn avx2_and_portable_queries_agree_on_many_filters() {
         RibbonPolicy::with_fp_rate(2f64.powf(-8.5)).unwrap(),  // 9 / 8
         RibbonPolicy::with_fp_rate(2f64.powf(-16.4)).unwrap(), // 17 / 16
         RibbonPolicy::with_fp_rate(1e-12).unwrap(),            // 32
+        RibbonPolicy::with_fp_rate(2f64.powf(-4.5)).unwrap(),  // 5 / 4
+        RibbonPolicy::with_fp_rate(2f64.powf(-3.5)).unwrap(),  // 4 / 3
+        RibbonPolicy::with_fp_rate(2f64.powf(-2.5)).unwrap(),  // 3 / 2
         RibbonPolicy::with_fp_rate(0.3).unwrap(),              // 2 / 1
         RibbonPolicy::with_fp_rate(0.6).unwrap(),              // 1 / 0
     ];

@@ -343,8 +343,8 @@ pub struct RibbonLayout {
     table_start: usize,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
-    /// The CPU has AVX2 (checked once, at parse): queries take the vector
-    /// path over the columns. Same answers either way.
+    /// The CPU has AVX2 and BMI2 (checked once, at parse): queries take the
+    /// vector path over the columns. Same answers either way.
     avx2: bool,
 }
 
@@ -469,9 +469,9 @@ impl RibbonLayout {
         #[cfg(target_arch = "x86_64")]
         {
             if self.avx2 {
-                // SAFETY: `avx2` is true only if the CPU reported AVX2 when
-                // this layout was parsed (`cpu_has_avx2`), and AVX2 is the
-                // only target feature `may_contain_avx2` enables.
+                // SAFETY: `avx2` is true only if the CPU reported AVX2 and
+                // BMI2 when this layout was parsed (`cpu_has_avx2`), the
+                // target features `may_contain_avx2` enables.
                 return unsafe { self.may_contain_avx2(bytes, key_hash) };
             }
             if has_popcnt() {
@@ -505,17 +505,24 @@ impl RibbonLayout {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,bmi2")]
     fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> bool {
         let Some(key) = self.locate(key_hash) else {
             return true;
         };
         if key.columns < 2 {
-            // The vector path reads columns in pairs; one column (or none:
-            // the lower blocks of a 1-column filter) is the scalar loop's.
-            return Self::check_columns(bytes, &key, parity_mul);
+            return Self::check_few_columns(bytes, key);
         }
         avx2::check_columns(bytes, &key)
+    }
+
+    /// The vector path reads columns in pairs; one column (or none: the
+    /// lower blocks of a 1-column filter) is the scalar loop's. Out of line
+    /// so that it does not crowd the vector path's registers.
+    #[cold]
+    #[inline(never)]
+    fn check_few_columns(bytes: &[u8], key: Located) -> bool {
+        Self::check_columns(bytes, &key, parity_mul)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -600,11 +607,12 @@ impl RibbonLayout {
     }
 }
 
-/// Whether this CPU has AVX2 (the Ribbon query's vector path).
+/// Whether this CPU has AVX2 and BMI2 (the Ribbon query's vector path; BMI2
+/// only lets the row hashing use `mulx` and `rorx`, every AVX2 CPU has it).
 fn cpu_has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx2")
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("bmi2")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -640,9 +648,30 @@ mod avx2 {
         [4, 5, 4, 5, 0, 1, 2, 3],
     ];
 
-    /// Column of each 32-bit lane after the reduction in [`check_columns`],
-    /// relative to the chunk's first column, before clamping: the first
-    /// column of pairs 0..4, then the second.
+    /// Lane `i` of the reduced vector of a chunk holds column `a_(i % 4) +
+    /// i / 4`, where pair `q` covers columns `a_q = min(first + 2q,
+    /// columns - 2)` and `a_q + 1`. These are `31 - column` for the first
+    /// chunk (`first == 0`) of 6, 7 and 8 or more columns: the shifts that
+    /// bring each lane's result bit to bit 31.
+    static FIRST_CHUNK_SHIFTS: [[i32; 8]; 3] = {
+        let mut table = [[0; 8]; 3];
+        let mut columns = 6;
+        while columns <= 8 {
+            let mut lane = 0;
+            while lane < 8 {
+                let pair = 2 * (lane % 4) as i32;
+                let last_pair = columns - 2;
+                let first = if pair < last_pair { pair } else { last_pair };
+                table[(columns - 6) as usize][lane] = 31 - (first + (lane / 4) as i32);
+                lane += 1;
+            }
+            columns += 1;
+        }
+        table
+    };
+
+    /// The relative pair starts and second-column offsets of lanes, for
+    /// other chunks: see [`FIRST_CHUNK_SHIFTS`].
     static PAIR_FIRST: [i32; 8] = [0, 2, 4, 6, 0, 2, 4, 6];
     static PAIR_SECOND: [i32; 8] = [0, 0, 0, 0, 1, 1, 1, 1];
 
@@ -668,9 +697,55 @@ mod avx2 {
         unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
     }
 
+    /// Eight columns, as four pairs starting at byte offsets `at` (each at
+    /// most `columns * 16 - 32`) of the start block (`words`) and of the
+    /// next block (`words[next..]`): the parity of each column's masked
+    /// solution bits in bit 31 of a 32-bit lane, lane `i` for the pair
+    /// `at[i % 4]`, its column `i / 4` (other bits are garbage).
+    ///
+    /// # Safety
+    ///
+    /// `next + at[q] + 32 <= words.len()` for every `q`, and the CPU must
+    /// support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn chunk_parities(
+        words: &[u8],
+        next: usize,
+        at: [usize; 4],
+        low: __m256i,
+        high: __m256i,
+    ) -> __m256i {
+        let pair = |at: usize| {
+            // SAFETY: the caller guarantees `next + at + 32 <=
+            // words.len()`, which covers both loads.
+            let (w0, w1) = unsafe { (load32(words, at), load32(words, next + at)) };
+            // 64-bit words: [a lo, a hi, a+1 lo, a+1 hi].
+            _mm256_xor_si256(_mm256_and_si256(w0, low), _mm256_and_si256(w1, high))
+        };
+        let (p0, p1, p2, p3) = (pair(at[0]), pair(at[1]), pair(at[2]), pair(at[3]));
+        // One 64-bit word per column: [a0, a1 | a0+1, a1+1].
+        let z01 = _mm256_xor_si256(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1));
+        let z23 = _mm256_xor_si256(_mm256_unpacklo_epi64(p2, p3), _mm256_unpackhi_epi64(p2, p3));
+        // One 32-bit word per column: [a0, a1, a2, a3 | a0+1, .., a3+1].
+        let (z01, z23) = (_mm256_castsi256_ps(z01), _mm256_castsi256_ps(z23));
+        let mut x = _mm256_castps_si256(_mm256_xor_ps(
+            _mm256_shuffle_ps::<0b10_00_10_00>(z01, z23),
+            _mm256_shuffle_ps::<0b11_01_11_01>(z01, z23),
+        ));
+        // Parity of each 32-bit lane into its bit 31: each nibble's parity
+        // into the nibble's bit 0, then one multiplication sums those eight
+        // bits into bits 31.. (the partial sums below stay under bit 31).
+        x = _mm256_xor_si256(x, _mm256_srli_epi32::<1>(x));
+        x = _mm256_xor_si256(x, _mm256_srli_epi32::<2>(x));
+        x = _mm256_and_si256(x, _mm256_set1_epi32(0x1111_1111));
+        _mm256_mullo_epi32(x, _mm256_set1_epi32(0x8888_8888_u32 as i32))
+    }
+
     /// Same answer as `RibbonLayout::check_columns` for `key.columns >= 2`
     /// (columns 0 or 1 answer `true`, the bounds-failure answer; the caller
     /// sends those to the scalar loop).
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
         let columns = key.columns;
@@ -690,7 +765,8 @@ mod avx2 {
         // The window: [c0, c1, 0, 0] shifted left by `shift` bits as one
         // 256-bit number. Whole words by `vpermd`, then the bits within a
         // word; `srlv` by 64 gives 0, so `bits == 0` needs no special case.
-        let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
+        let coeff =
+            _mm256_zextsi128_si256(_mm_set_epi64x((key.coeff >> 64) as i64, key.coeff as i64));
         let (whole, bits) = ((shift / 64) as usize, (shift % 64) as i64);
         let moved = _mm256_permutevar8x32_epi32(coeff, load_i32x8(&SHIFT_WORDS[whole]));
         let carried = _mm256_permutevar8x32_epi32(coeff, load_i32x8(&SHIFT_WORDS[whole + 1]));
@@ -701,43 +777,38 @@ mod avx2 {
         // Both lanes `low` (masks the start block), both lanes `high`.
         let low = _mm256_permute4x64_epi64::<0b01_00_01_00>(window);
         let high = _mm256_permute4x64_epi64::<0b11_10_11_10>(window);
-
         let result = _mm256_set1_epi32(key.result as i32);
+
+        // Pair q covers columns a_q and a_q + 1, a_q = first + 2q clamped so
+        // that the pair stays inside the block; a clamped pair repeats
+        // columns already checked, against the same result bits.
         let last_pair = columns - 2;
+        let at =
+            |first: usize| [0, 2, 4, 6].map(|q: usize| (first + q).min(last_pair) * WORD_BYTES);
         let mut first = 0;
+        if columns >= 6 {
+            // The usual case (rates of 2^-5 and below): only the fourth
+            // pair of the first chunk can need clamping.
+            let at = [0, 32, 64, (3 * 32).min(last_pair * WORD_BYTES)];
+            // SAFETY: every offset is at most `(columns - 2) * 16` (as
+            // `columns >= 6`), so `next + at + 32 <= next + columns * 16 ==
+            // words.len()`; the CPU has AVX2 (this function's target
+            // feature).
+            let parities = unsafe { chunk_parities(words, next, at, low, high) };
+            let shifts = load_i32x8(&FIRST_CHUNK_SHIFTS[columns.min(8) - 6]);
+            let mismatch = _mm256_xor_si256(parities, _mm256_sllv_epi32(result, shifts));
+            if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
+                return false;
+            }
+            first = 8;
+        }
+        // Fewer than six columns, or more than eight (rates below 2^-8):
+        // eight at a time.
         while first < columns {
-            // Pair q covers columns a_q and a_q + 1, a_q = first + 2q clamped
-            // so that the pair stays inside the block; a clamped pair repeats
-            // columns already checked, against the same result bits.
-            let pair = |q: usize| {
-                let at = (first + 2 * q).min(last_pair) * WORD_BYTES;
-                // SAFETY: `at + 32 <= columns * 16` because `a_q <= columns
-                // - 2`, and `words.len() == next + columns * 16`, so both
-                // loads are inside `words`; the CPU has AVX2 (this function's
-                // target feature).
-                let (w0, w1) = unsafe { (load32(words, at), load32(words, next + at)) };
-                // 64-bit words: [a_q lo, a_q hi, a_q+1 lo, a_q+1 hi].
-                _mm256_xor_si256(_mm256_and_si256(w0, low), _mm256_and_si256(w1, high))
-            };
-            let (p0, p1, p2, p3) = (pair(0), pair(1), pair(2), pair(3));
-            // One 64-bit word per column: [a0, a1 | a0+1, a1+1].
-            let z01 =
-                _mm256_xor_si256(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1));
-            let z23 =
-                _mm256_xor_si256(_mm256_unpacklo_epi64(p2, p3), _mm256_unpackhi_epi64(p2, p3));
-            // One 32-bit word per column: [a0, a1, a2, a3 | a0+1, .., a3+1].
-            let (z01, z23) = (_mm256_castsi256_ps(z01), _mm256_castsi256_ps(z23));
-            let mut x = _mm256_castps_si256(_mm256_xor_ps(
-                _mm256_shuffle_ps::<0b10_00_10_00>(z01, z23),
-                _mm256_shuffle_ps::<0b11_01_11_01>(z01, z23),
-            ));
-            // Parity of each 32-bit lane into its bit 31.
-            x = _mm256_xor_si256(x, _mm256_slli_epi32::<16>(x));
-            x = _mm256_xor_si256(x, _mm256_slli_epi32::<8>(x));
-            x = _mm256_xor_si256(x, _mm256_slli_epi32::<4>(x));
-            x = _mm256_xor_si256(x, _mm256_slli_epi32::<2>(x));
-            x = _mm256_xor_si256(x, _mm256_slli_epi32::<1>(x));
-            // Each lane's result bit into bit 31: shift left by 31 - column.
+            // SAFETY: every offset is at most `(columns - 2) * 16`, so
+            // `next + at + 32 <= next + columns * 16 == words.len()`; the
+            // CPU has AVX2 (this function's target feature).
+            let parities = unsafe { chunk_parities(words, next, at(first), low, high) };
             let column = _mm256_add_epi32(
                 _mm256_min_epi32(
                     _mm256_add_epi32(_mm256_set1_epi32(first as i32), load_i32x8(&PAIR_FIRST)),
@@ -747,8 +818,8 @@ mod avx2 {
             );
             let expected =
                 _mm256_sllv_epi32(result, _mm256_sub_epi32(_mm256_set1_epi32(31), column));
-            let mismatch = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_xor_si256(x, expected)));
-            if mismatch != 0 {
+            let mismatch = _mm256_xor_si256(parities, expected);
+            if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
                 return false;
             }
             first += 8;
