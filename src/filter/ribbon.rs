@@ -1293,6 +1293,17 @@ impl Band {
         }
         row.coeff ^= existing;
         row.result ^= self.results[row.start];
+        let low = row.coeff as u64;
+        if low != 0 {
+            // The usual case: the next pivot is within 64 slots. With the
+            // shift known to be below 64 the 128-bit shift is two
+            // instructions, without the general shift's test and moves on
+            // this dependent chain.
+            let tz = low.trailing_zeros() & 63;
+            row.start += tz as usize;
+            row.coeff >>= tz;
+            return None;
+        }
         if row.coeff == 0 {
             // Redundant (e.g. a duplicate key) if the results agree.
             return Some(row.result == 0);
