@@ -472,7 +472,10 @@ impl RibbonLayout {
                 // SAFETY: `avx2` is true only if the CPU reported AVX2 and
                 // BMI2 when this layout was parsed (`cpu_has_avx2`), the
                 // target features `may_contain_avx2` enables.
-                return unsafe { self.may_contain_avx2(bytes, key_hash) };
+                if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
+                    return answer;
+                }
+                // Start blocks with fewer than two columns: scalar below.
             }
             if has_popcnt() {
                 // SAFETY: `may_contain_popcnt` only enables the `popcnt`
@@ -506,23 +509,15 @@ impl RibbonLayout {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,bmi2")]
-    fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> bool {
+    /// The answer, or `None` if the key's start block has fewer than two
+    /// columns: the vector path reads columns in pairs, and one column (or
+    /// none: the lower blocks of a 1-column filter) is left to the scalar
+    /// loop, so that the vector path keeps nothing live for it.
+    fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         let Some(key) = self.locate(key_hash) else {
-            return true;
+            return Some(true);
         };
-        if key.columns < 2 {
-            return Self::check_few_columns(bytes, key);
-        }
         avx2::check_columns(bytes, &key)
-    }
-
-    /// The vector path reads columns in pairs; one column (or none: the
-    /// lower blocks of a 1-column filter) is the scalar loop's. Out of line
-    /// so that it does not crowd the vector path's registers.
-    #[cold]
-    #[inline(never)]
-    fn check_few_columns(bytes: &[u8], key: Located) -> bool {
-        Self::check_columns(bytes, &key, parity_mul)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -742,15 +737,14 @@ mod avx2 {
         _mm256_mullo_epi32(x, _mm256_set1_epi32(0x8888_8888_u32 as i32))
     }
 
-    /// Same answer as `RibbonLayout::check_columns` for `key.columns >= 2`
-    /// (columns 0 or 1 answer `true`, the bounds-failure answer; the caller
-    /// sends those to the scalar loop).
+    /// Same answer as `RibbonLayout::check_columns` for `key.columns >= 2`;
+    /// `None` for fewer columns.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
+    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> Option<bool> {
         let columns = key.columns;
         if columns < 2 {
-            return true;
+            return None;
         }
         let shift = key.shift;
         // The next block's words, relative to `here`. With a block-aligned
@@ -759,7 +753,7 @@ mod avx2 {
         // the shard even for its last block.
         let next = if shift == 0 { 0 } else { columns * WORD_BYTES };
         let Some(words) = bytes.get(key.here..key.here + next + columns * WORD_BYTES) else {
-            return true;
+            return Some(true);
         };
 
         // The window: [c0, c1, 0, 0] shifted left by `shift` bits as one
@@ -798,7 +792,7 @@ mod avx2 {
             let shifts = load_i32x8(&FIRST_CHUNK_SHIFTS[columns.min(8) - 6]);
             let mismatch = _mm256_xor_si256(parities, _mm256_sllv_epi32(result, shifts));
             if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
-                return false;
+                return Some(false);
             }
             first = 8;
         }
@@ -820,11 +814,11 @@ mod avx2 {
                 _mm256_sllv_epi32(result, _mm256_sub_epi32(_mm256_set1_epi32(31), column));
             let mismatch = _mm256_xor_si256(parities, expected);
             if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
-                return false;
+                return Some(false);
             }
             first += 8;
         }
-        true
+        Some(true)
     }
 }
 
