@@ -96,8 +96,8 @@
 //! On CPUs with AVX2 (detected once, when the layout is parsed) the query
 //! checks up to eight columns at once: each pair of adjacent columns is one
 //! 32-byte load per block, ANDed with the key's coefficient window, and the
-//! eight parities are compared with the fingerprint in one vector test (see
-//! `mod avx2`; measured 1.5x-2.1x faster than the POPCNT query, see
+//! eight parities are compared with the fingerprint in one vector test
+//! (`mod avx2`; measured 1.5x-2.1x faster than the POPCNT query in
 //! docs/filters.md). The scalar query checks the first four columns
 //! without branches and stops there if any disagrees with the fingerprint,
 //! which an absent key does with probability 15/16; one exit branch that is
@@ -515,12 +515,12 @@ impl RibbonLayout {
         self.query(bytes, key_hash, parity_popcnt)
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,bmi2")]
     /// The answer, or `None` if the key's start block has fewer than two
     /// columns: the vector path reads columns in pairs, and one column (or
     /// none: the lower blocks of a 1-column filter) is left to the scalar
     /// loop, so that the vector path keeps nothing live for it.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi2")]
     fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         let Some(key) = self.locate(key_hash) else {
             return Some(true);
@@ -631,9 +631,10 @@ fn cpu_has_avx2() -> bool {
 /// two loads, two ANDs (with the window's low half broadcast to both 128-bit
 /// lanes, and its high half) and an XOR. Four pairs (eight columns) are
 /// reduced together: unpack and XOR to one 64-bit word per column, one
-/// shuffle and XOR to one 32-bit word per column, shift-XOR folding to put
-/// each column's parity in the sign bit, XOR with the key's result bits
-/// shifted there, and one `movemask` gives the mismatching columns.
+/// shuffle and XOR to one 32-bit word per column, two shift-XORs, an AND and
+/// one multiplication to put each column's parity in bit 31, XOR with the
+/// key's result bits shifted there, and one `vtestps` of the bits 31 tells
+/// whether any column differs.
 ///
 /// This module has `unsafe` because `#[target_feature]` functions and the
 /// vector loads need it; the loads stay inside a slice whose length was
