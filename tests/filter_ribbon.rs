@@ -449,6 +449,100 @@ fn popcnt_and_portable_queries_agree() {
     assert!((101_000..103_500).contains(&positives), "{positives}");
 }
 
+/// Every present key and many absent ones get the same answer from
+/// `may_contain` (the AVX2 column path on CPUs with AVX2, as this test
+/// checks on x86-64) and from the portable scalar loop, and no present key is
+/// rejected: filters of 1 to 1,000,000 keys, whole and fractional result
+/// bits from 0 to 32 columns (the vector path reads columns in pairs and
+/// eight at a time, with a separate path for six to eight columns, so every
+/// count from 0 to 11 and 16, 17 and 32 cover odd counts, one and several
+/// chunks), one-block shards (every start block-aligned, in
+/// the shard's last block) and block-aligned starts in larger shards.
+#[test]
+fn avx2_and_portable_queries_agree_on_many_filters() {
+    let tight = BuildKnobs::default();
+    // 100 keys need a large overhead to reach the 1,024 slots of a Ribbon
+    // filter; one key never does (it is a Bloom filter, checked below).
+    let roomy = BuildKnobs {
+        overhead: Some(10.0),
+        ..BuildKnobs::default()
+    };
+    // One key per shard: every shard is one block, every start slot 0.
+    let one_block_shards = BuildKnobs {
+        shard_keys: 1,
+        ..BuildKnobs::default()
+    };
+    let policies = [
+        RibbonPolicy::new(10.0),                               // 7 / 6 columns
+        RibbonPolicy::new(16.0),                               // 11 / 10
+        RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap(),      // 8
+        RibbonPolicy::with_fp_rate(2f64.powf(-8.5)).unwrap(),  // 9 / 8
+        RibbonPolicy::with_fp_rate(2f64.powf(-16.4)).unwrap(), // 17 / 16
+        RibbonPolicy::with_fp_rate(1e-12).unwrap(),            // 32
+        RibbonPolicy::with_fp_rate(2f64.powf(-4.5)).unwrap(),  // 5 / 4
+        RibbonPolicy::with_fp_rate(2f64.powf(-3.5)).unwrap(),  // 4 / 3
+        RibbonPolicy::with_fp_rate(2f64.powf(-2.5)).unwrap(),  // 3 / 2
+        RibbonPolicy::with_fp_rate(0.3).unwrap(),              // 2 / 1
+        RibbonPolicy::with_fp_rate(0.6).unwrap(),              // 1 / 0
+    ];
+    let mut cases: Vec<(Vec<u64>, Vec<u8>, String)> = Vec::new();
+    for (p, policy) in policies.iter().enumerate() {
+        let p = p as u64;
+        for (n, knobs, name) in [
+            (100u64, roomy, "roomy"),
+            (2_000, one_block_shards, "one-block shards"),
+            (10_000, tight, "default"),
+        ] {
+            let keys = hashes(n, 1_000 * p + n);
+            let (bytes, outcome) = policy.build_with(&keys, knobs);
+            assert!(!outcome.fell_back_to_bloom, "{n} keys, {name}, policy {p}");
+            cases.push((keys, bytes, format!("{n} keys, {name}, policy {p}")));
+        }
+    }
+    let keys = hashes(1_000_000, 77);
+    let bytes = RibbonPolicy::new(16.0).build(&keys);
+    cases.push((keys, bytes, "1,000,000 keys, 11 / 10 columns".into()));
+    let m = million();
+    cases.push((m.keys.clone(), m.bytes.clone(), "1,000,000 keys".into()));
+
+    let absent_keys = absent(100_000);
+    let mut aligned_starts = 0;
+    for (keys, bytes, name) in &cases {
+        let layout = RibbonLayout::parse(bytes).expect("ribbon bytes");
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            layout.uses_avx2(),
+            std::arch::is_x86_feature_detected!("avx2"),
+            "{name}"
+        );
+        let decoded = Filter::decode(bytes.clone());
+        for &h in keys {
+            assert!(layout.may_contain(bytes, h), "{name}: false negative");
+            assert!(layout.may_contain_portable(bytes, h), "{name}: portable");
+            assert!(decoded.may_contain(h), "{name}: decoded");
+        }
+        let absent_checked = if keys.len() >= 1_000_000 {
+            100_000
+        } else {
+            20_000
+        };
+        for &h in &absent_keys[..absent_checked] {
+            let fast = layout.may_contain(bytes, h);
+            assert_eq!(fast, layout.may_contain_portable(bytes, h), "{name}");
+            assert_eq!(fast, decoded.may_contain(h), "{name}");
+        }
+        if layout.num_shards() as usize == keys.len() {
+            aligned_starts += keys.len();
+        }
+    }
+    assert!(aligned_starts > 0);
+    // One key: too few slots for a Ribbon filter, built as a Bloom filter.
+    let one = hashes(1, 5);
+    let bytes = RibbonPolicy::new(10.0).build(&one);
+    assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
+    assert_no_false_negatives(&bytes, &one);
+}
+
 /// Back substitution with the portable parity writes the same bytes as with
 /// POPCNT, for whole and fractional result bits.
 #[test]
