@@ -24,7 +24,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sievedb::filter::bloom::BloomLayout;
 use sievedb::filter::ribbon::RibbonLayout;
 use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
 use xorf::Filter as _;
@@ -126,20 +125,28 @@ fn bloom(c: &mut Criterion, w: &Workload) {
     );
 }
 
-/// The same filter on the portable (non-SIMD) query path, which CPUs
-/// without AVX2 take.
-fn bloom_portable(c: &mut Criterion, w: &Workload) {
+/// The same filter forced onto another query path: `avx2` (what CPUs
+/// without AVX-512 run; skipped if this CPU lacks AVX2) and `portable` (no
+/// SIMD).
+fn bloom_on_path(c: &mut Criterion, w: &Workload, path: &str) {
     let policy = BloomPolicy::new(BITS_PER_KEY as f64);
+    if Filter::decode(policy.build(&w.present[..1]))
+        .with_bloom_path(path)
+        .is_none()
+    {
+        eprintln!("bloom_{path}: this CPU cannot run the path, skipped");
+        return;
+    }
     family(
         c,
-        "bloom_portable",
+        &format!("bloom_{path}"),
         w,
         |hashes| {
-            let bytes = policy.build(hashes);
-            let layout = BloomLayout::parse(&bytes).expect("freshly built");
-            (layout, bytes)
+            Filter::decode(policy.build(hashes))
+                .with_bloom_path(path)
+                .expect("checked above")
         },
-        |(layout, bytes), h| layout.may_contain_portable(bytes, h),
+        |filter, h| filter.may_contain(h),
     );
 }
 
@@ -266,7 +273,8 @@ fn all(c: &mut Criterion) {
     for n in SIZES {
         let w = Workload::new(n);
         bloom(c, &w);
-        bloom_portable(c, &w);
+        bloom_on_path(c, &w, "avx2");
+        bloom_on_path(c, &w, "portable");
         ribbon(c, &w);
         ribbon_portable(c, &w);
         binary_fuse8(c, &w);

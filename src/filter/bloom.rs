@@ -339,6 +339,18 @@ impl BloomLayout {
         self.probes
     }
 
+    /// This layout, queried through the named code path (`"portable"`,
+    /// `"avx2"` or `"avx512"`) instead of the best one for this CPU; `None`
+    /// if the name is unknown or the CPU cannot run that path. For
+    /// benchmarks that compare the paths on one machine.
+    #[doc(hidden)]
+    pub fn on_path(self, name: &str) -> Option<BloomLayout> {
+        let path = QueryPath::available()
+            .into_iter()
+            .find(|p| p.name() == name)?;
+        Some(BloomLayout { path, ..self })
+    }
+
     /// Whether a key's probes are distinct bits (format [`FORMAT_BLOOM`]) or
     /// were drawn with replacement (the first format, [`FORMAT_BLOOM_V1`]).
     pub fn distinct_probes(&self) -> bool {
@@ -531,8 +543,17 @@ impl QueryPath {
         QueryPath::Portable
     }
 
-    /// Every path this CPU can run, for tests that compare them.
-    #[cfg(test)]
+    fn name(self) -> &'static str {
+        match self {
+            QueryPath::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 => "avx512",
+        }
+    }
+
+    /// Every path this CPU can run.
     fn available() -> Vec<QueryPath> {
         let mut paths = vec![QueryPath::Portable];
         #[cfg(target_arch = "x86_64")]

@@ -289,6 +289,20 @@ impl Filter {
         }
     }
 
+    /// This filter with its blocked Bloom queries forced onto the named code
+    /// path (see `BloomLayout::on_path`); `None` for other filters or a path
+    /// this CPU cannot run. For benchmarks.
+    #[doc(hidden)]
+    pub fn with_bloom_path(self, name: &str) -> Option<Filter> {
+        match self.kind {
+            Kind::Bloom(layout) => Some(Filter {
+                kind: Kind::Bloom(layout.on_path(name)?),
+                bytes: self.bytes,
+            }),
+            _ => None,
+        }
+    }
+
     /// `Some(reason)` when this filter filters nothing.
     pub fn unfiltered(&self) -> Option<Unfiltered> {
         match self.kind {
