@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! +------------------------------+----------------+-----------+-----------+
-//! | num_lines x 64-byte lines    | num_lines: u32 | probes: u8| 0x01 (id) |
+//! | num_lines x 64-byte lines    | num_lines: u32 | probes: u8| 0x04 (id) |
 //! +------------------------------+----------------+-----------+-----------+
 //!                                  little endian     1..=30     FORMAT_BLOOM
 //! ```
@@ -13,7 +13,9 @@
 //! non-empty key set and 0 for an empty one (which rejects every key). Bit `b`
 //! of a line is bit `b % 8` of byte `b / 8`; equivalently bit `b % 64` of the
 //! little-endian 64-bit word `b / 64`, which is how the code reads and
-//! writes it.
+//! writes it. The first format, id `0x01` ([`FORMAT_BLOOM_V1`]), has the same
+//! layout and trailer and differs only in how probes are drawn (below); it
+//! is still read, never written.
 //!
 //! # Probing
 //!
@@ -22,19 +24,27 @@
 //!
 //! * the low 32 bits choose the line: `line = (lo32 * num_lines) >> 32`
 //!   (fastrange, no modulo);
-//! * the high 32 bits drive the probes: a probe takes the top 9 bits of the
-//!   32-bit state as its bit position inside the line, then the state is
-//!   multiplied by the odd constant `0x9e3779b9` (the golden ratio) for the
-//!   next probe. Multiplying by an odd constant is a bijection on 32-bit
-//!   words and mixes low bits into the top ones, so successive probes are
-//!   nearly independent without a second hash. Probe `i` is therefore
-//!   `state x 0x9e3779b9^i`; the code multiplies by precomputed powers so
-//!   that the probes do not wait on each other.
+//! * the high 32 bits seed a multiply chain: chain value `i` is the top 9
+//!   bits of `s x 0x9e3779b9^i` (mod 2^32), a bit position in the line.
+//!   Multiplying by an odd constant is a bijection on 32-bit words that
+//!   moves low bits up, so successive values are nearly independent without
+//!   a second hash; precomputed powers let all of them be computed at once.
+//! * **Format 0x04:** `s = hi32 | 1`, and the probes are the first `probes`
+//!   *distinct* chain values (repeats are skipped: sampling without
+//!   replacement). **Format 0x01:** `s = hi32`, and the probes are the first
+//!   `probes` chain values, repeats included, so about 3% of keys (at 6
+//!   probes) test only 5 distinct bits, which raises the false-positive rate
+//!   from 0.955% to 0.966% at 10 bits/key.
 //!
-//! Queries test every probe and AND the results (no early exit). With AVX2
-//! (detected at run time, once per decoded filter) eight probes are tested
-//! per step with vector instructions; the portable loop gives the same
-//! answers on every other CPU.
+//! Queries test every probe and AND the results (no early exit). With
+//! AVX-512 (F, CD) or AVX2, detected at run time once per decoded filter,
+//! the chain values are computed and tested in vector lanes: the AVX-512
+//! path finds repeats with the conflict instruction and picks the first
+//! `probes` distinct lanes with `pdep`, without a branch; the AVX2 path
+//! compares the lanes with rotated copies of themselves and falls back to the
+//! scalar code for the ~3% of keys with a repeat. Every path gives the same
+//! answers (unit-tested against a byte-level reference for every probe
+//! count).
 //!
 //! # Probe count
 //!
@@ -48,23 +58,19 @@
 //! # False-positive rate
 //!
 //! With `lambda = 512 / bits_per_key` keys per line on average, the number
-//! `j` of keys in the line an absent key maps to is Poisson(`lambda`). Those
-//! keys made `T = j k` uniform probes into the line; the absent key's own `k`
-//! probes hit `d` distinct bits with probability `D(k, d)`, and it is a false
-//! positive when all `d` were set:
-//!
-//! ```text
-//! fp = sum_j Poisson(lambda, j) * sum_d D(k, d) * S(d, j k)
-//! ```
-//!
-//! where `S(d, T)` is the probability that `T` uniform probes into 512 bits
-//! cover `d` given bits. [`blocked_bloom_fp_rate`] computes this exactly (by
-//! dynamic programming over probes, all terms positive, so no cancellation).
-//! The textbook shortcut `(1 - (1 - 1/512)^(j k))^k` raises the *expected*
-//! fill to the k-th power and comes out about 1% low at 10 bits/key (Jensen:
-//! the fill varies from line to line *and* within a line). At 10 bits/key and
-//! 6 probes the exact rate is 0.966%; a standard Bloom filter would reach
-//! 0.819% with 7 probes.
+//! `j` of keys in the line an absent key maps to is Poisson(`lambda`). Each
+//! of those keys set a uniformly random set of `k` distinct bits, and the
+//! absent key is a false positive when all of its own `k` distinct bits are
+//! set. Tracking how many of those `k` bits are covered after each key (a
+//! key covers `x` of the `u` still clear ones with the hypergeometric
+//! probability `C(u, x) C(512 - u, k - x) / C(512, k)`) gives the exact rate,
+//! [`blocked_bloom_fp_rate`]: 0.955% at 10 bits/key and 6 probes, against
+//! 0.819% for a standard Bloom filter with 7 probes. For the first format,
+//! whose probes may repeat, [`blocked_bloom_fp_rate_with_replacement`] does
+//! the same over single probes (0.966% at 10 bits/key). The textbook
+//! shortcut `(1 - (1 - 1/512)^(j k))^k` raises the *expected* fill to the
+//! k-th power and comes out about 1% low at 10 bits/key (Jensen: the fill
+//! varies from line to line *and* within a line).
 
 use super::{fastrange32, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_BLOOM, FORMAT_BLOOM_V1};
 use crate::error::{Error, Result};

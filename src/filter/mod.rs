@@ -10,8 +10,9 @@
 //! # Self-describing bytes
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
-//! [`FORMAT_RIBBON`]) preceded by that format's own small trailer (sizes, probe
-//! count or seed). A table written under one policy therefore stays readable
+//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`], still
+//! read) preceded by that format's own small trailer (sizes, probe count or
+//! seed). A table written under one policy therefore stays readable
 //! after the database switches to another: [`Filter::decode`] and the free
 //! function [`may_contain`] pick the right implementation from the bytes. Bytes
 //! that are empty, truncated, or carry an unknown id or impossible parameters
