@@ -536,6 +536,21 @@ impl RibbonLayout {
         self.query(bytes, key_hash, parity_mul)
     }
 
+    /// This layout with [`may_contain`](Self::may_contain) forced onto the
+    /// named path: `"avx512"`, `"avx2"` or `"scalar"` (POPCNT when the CPU
+    /// has it); `None` for another name or a path this CPU cannot run. For
+    /// benchmarks and tests.
+    #[doc(hidden)]
+    pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
+        let path = match name {
+            "avx512" if cpu_has_avx512() => QueryPath::Avx512,
+            "avx2" if cpu_has_avx2() => QueryPath::Avx2,
+            "scalar" => QueryPath::Scalar,
+            _ => return None,
+        };
+        Some(RibbonLayout { path, ..self })
+    }
+
     /// The scalar query (POPCNT when the CPU has it, else the portable
     /// parity), whatever path [`may_contain`](Self::may_contain) takes; for
     /// tests that compare the paths.
@@ -768,11 +783,6 @@ mod avx512 {
     /// 0, 1 or 2 words, filling with word 2 (zero).
     static SHIFT_WORDS: [[i64; 4]; 3] = [[0, 1, 2, 3], [2, 0, 1, 2], [2, 2, 0, 1]];
 
-    /// After the unpack, 64-bit lane `2k` holds column `k` of the chunk and
-    /// lane `2k + 1` column `k + 4`: the shifts that bring each lane's
-    /// result bit to bit 0.
-    static LANE_COLUMN: [i64; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
-
     /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
     const XOR_AND: i32 = 0x78;
     const XOR3: i32 = 0x96;
@@ -783,14 +793,6 @@ mod avx512 {
     fn load_i64x4(v: &[i64; 4]) -> __m256i {
         // SAFETY: `v` is 32 readable bytes; the load is unaligned.
         unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
-    }
-
-    /// Loads an `[i64; 8]` as a vector.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load_i64x8(v: &[i64; 8]) -> __m512i {
-        // SAFETY: `v` is 64 readable bytes; the load is unaligned.
-        unsafe { _mm512_loadu_si512(v.as_ptr().cast::<__m512i>()) }
     }
 
     /// Whether any of the `n` columns (`1..=8`) from column `first` differs
@@ -816,7 +818,7 @@ mod avx512 {
         debug_assert!(next + (first + n) * WORD_BYTES <= words.len());
         // Two 64-bit words per column: the first register takes columns
         // `first..first + 4`, the second the rest.
-        let lanes = (1u32 << (2 * n)) - 1;
+        let lanes = _bzhi_u32(0xffff, 2 * n as u32);
         let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
         let at = first * WORD_BYTES;
         let base = words.as_ptr();
@@ -841,9 +843,14 @@ mod avx512 {
         );
         // The chunk's result bits, one per lane at bit 0, zero for lanes past
         // the last column.
-        let bits = (result as u64) & ((1u64 << n) - 1);
+        let bits = _bzhi_u32(result, n as u32);
+        // After the unpack below, 64-bit lane `2k` holds column `k` of the
+        // chunk and lane `2k + 1` column `k + 4`: shift each lane's result
+        // bit to bit 0 (a constant vector, so the compiler knows every shift
+        // is below 64).
+        let lane_column = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
         let expected = _mm512_and_si512(
-            _mm512_srlv_epi64(_mm512_set1_epi64(bits as i64), load_i64x8(&LANE_COLUMN)),
+            _mm512_srlv_epi64(_mm512_set1_epi64(bits as i64), lane_column),
             _mm512_set1_epi64(1),
         );
         // Lane 2k: column k (both halves XORed), lane 2k + 1: column k + 4.
@@ -861,44 +868,89 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
         let columns = key.columns;
-        let shift = key.shift;
-        // The next block's words, relative to `here`. With a block-aligned
-        // start the window has no high half; point the "next block" at the
-        // start block instead (ANDed with zero) so that the read stays inside
-        // the shard even for its last block.
-        let next = if shift == 0 { 0 } else { columns * WORD_BYTES };
-        let Some(words) = bytes.get(key.here..key.here + next + columns * WORD_BYTES) else {
+        if !(1..=8).contains(&columns) {
+            return columns == 0 || many_columns_match(bytes, key);
+        }
+        // The usual case (rates of 2^-8 and above): one chunk, no loop.
+        let Some((words, next)) = key_words(bytes, key) else {
             return true;
         };
+        let (low, high) = window(key);
+        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); `1 <=
+        // columns <= 8`; the CPU has AVX-512 F and VPOPCNTDQ (this
+        // function's target features).
+        !unsafe { chunk_differs(words, next, 0, columns, low, high, key.result) }
+    }
 
-        // The window: [c0, c1, 0, 0] shifted left by `shift` bits as one
-        // 256-bit number. Whole words by `vpermq`, then the bits within a
-        // word by a funnel shift with the word below (`bits == 0` keeps the
-        // word as it is).
-        let coeff =
-            _mm256_zextsi128_si256(_mm_set_epi64x((key.coeff >> 64) as i64, key.coeff as i64));
-        let (whole, bits) = ((shift / 64) as usize, (shift % 64) as i64);
-        let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
-        let carried = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole + 1]), coeff);
-        let window =
-            _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
-        // Every 128-bit lane `low` (masks the start block), every lane
-        // `high`.
-        let low = _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window);
-        let high = _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window);
-
+    /// More than eight columns (rates below 2^-8): chunks of eight, out of
+    /// line so that the usual case keeps fewer registers live.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    fn many_columns_match(bytes: &[u8], key: &Located) -> bool {
+        let columns = key.columns;
+        let Some((words, next)) = key_words(bytes, key) else {
+            return true;
+        };
+        let (low, high) = window(key);
         let mut first = 0;
         while first < columns {
             let n = (columns - first).min(8);
             // SAFETY: `first + n <= columns`, so `next + (first + n) * 16 <=
-            // next + columns * 16 == words.len()`; `1 <= n <= 8`; the CPU
-            // has AVX-512 F and VPOPCNTDQ (this function's target features).
+            // next + columns * 16 == words.len()` (`key_words`); `1 <= n <=
+            // 8`; the CPU has AVX-512 F and VPOPCNTDQ (this function's
+            // target features).
             if unsafe { chunk_differs(words, next, first, n, low, high, key.result >> first) } {
                 return false;
             }
             first += 8;
         }
         true
+    }
+
+    /// The bytes a key's columns live in, from its start block's first word:
+    /// `columns` words of the start block, then (unless the start is
+    /// block-aligned) `columns` words of the next block, which begin at the
+    /// returned offset `next`; `None` if `bytes` is too short. With a
+    /// block-aligned start the window has no high half; `next` is then 0
+    /// (the start block again, ANDed with zero) so that the read stays
+    /// inside the shard even for its last block.
+    #[inline(always)]
+    fn key_words<'a>(bytes: &'a [u8], key: &Located) -> Option<(&'a [u8], usize)> {
+        let next = if key.shift == 0 {
+            0
+        } else {
+            key.columns * WORD_BYTES
+        };
+        // Two comparisons and no overflow check: `here <= bytes.len()`, then
+        // the length of the rest.
+        let words = bytes.get(key.here..)?.get(..next + key.columns * WORD_BYTES)?;
+        Some((words, next))
+    }
+
+    /// The key's window `coeff << shift` over the start block's word (the
+    /// first result, `low`) and the next block's (`high`), each broadcast to
+    /// every 128-bit lane.
+    ///
+    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
+    /// by `vpermq`, then the bits within a word by a funnel shift with the
+    /// word below (`bits == 0` keeps the word as it is).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
+    fn window(key: &Located) -> (__m512i, __m512i) {
+        let coeff =
+            _mm256_zextsi128_si256(_mm_set_epi64x((key.coeff >> 64) as i64, key.coeff as i64));
+        let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
+        let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
+        let carried = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole + 1]), coeff);
+        let window = _mm512_castsi256_si512(_mm256_shldv_epi64(
+            moved,
+            carried,
+            _mm256_set1_epi64x(bits),
+        ));
+        (
+            _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
+            _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
+        )
     }
 }
 
