@@ -359,7 +359,10 @@ pub struct RibbonLayout {
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum QueryPath {
-    /// `mod avx512`: every column of both blocks in zmm registers.
+    /// `mod avx512` for filters of 2 to 8 upper columns (every key has 1 to
+    /// 8): one chunk of columns, no loop.
+    Avx512Narrow,
+    /// `mod avx512` for any column count: chunks of up to eight columns.
     Avx512,
     /// `mod avx2`: eight columns per chunk; fewer than two columns go to the
     /// scalar loop.
@@ -369,13 +372,22 @@ enum QueryPath {
 }
 
 impl QueryPath {
-    fn detect() -> QueryPath {
+    fn detect(upper_columns: u32) -> QueryPath {
         if cpu_has_avx512() {
-            QueryPath::Avx512
+            QueryPath::avx512(upper_columns)
         } else if cpu_has_avx2() {
             QueryPath::Avx2
         } else {
             QueryPath::Scalar
+        }
+    }
+
+    /// The AVX-512 path for filters of `upper_columns` columns.
+    fn avx512(upper_columns: u32) -> QueryPath {
+        if (2..=8).contains(&upper_columns) {
+            QueryPath::Avx512Narrow
+        } else {
+            QueryPath::Avx512
         }
     }
 }
@@ -444,7 +456,7 @@ impl RibbonLayout {
             upper_columns,
             table_start,
             shards: shards.into(),
-            path: QueryPath::detect(),
+            path: QueryPath::detect(upper_columns),
         })
     }
 
@@ -502,6 +514,12 @@ impl RibbonLayout {
         #[cfg(target_arch = "x86_64")]
         {
             match self.path {
+                QueryPath::Avx512Narrow => {
+                    // SAFETY: `path` is `Avx512Narrow` only if the CPU
+                    // reported every feature `may_contain_avx512_narrow`
+                    // enables when this layout was parsed (`cpu_has_avx512`).
+                    return unsafe { self.may_contain_avx512_narrow(bytes, key_hash) };
+                }
                 QueryPath::Avx512 => {
                     // SAFETY: `path` is `Avx512` only if the CPU reported
                     // every feature `may_contain_avx512` enables when this
@@ -543,7 +561,7 @@ impl RibbonLayout {
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
         let path = match name {
-            "avx512" if cpu_has_avx512() => QueryPath::Avx512,
+            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns),
             "avx2" if cpu_has_avx2() => QueryPath::Avx2,
             "scalar" => QueryPath::Scalar,
             _ => return None,
@@ -577,7 +595,7 @@ impl RibbonLayout {
     /// this CPU (AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2); for tests.
     #[doc(hidden)]
     pub fn uses_avx512(&self) -> bool {
-        self.path == QueryPath::Avx512
+        matches!(self.path, QueryPath::Avx512 | QueryPath::Avx512Narrow)
     }
 
     /// The AVX2 query (scalar for start blocks with fewer than two columns)
@@ -605,7 +623,15 @@ impl RibbonLayout {
         if cpu_has_avx512() {
             // SAFETY: `cpu_has_avx512` just confirmed every target feature
             // `may_contain_avx512` enables.
-            return Some(unsafe { self.may_contain_avx512(bytes, key_hash) });
+            return Some(
+                if QueryPath::avx512(self.upper_columns) == QueryPath::Avx512Narrow {
+                    // SAFETY: as above.
+                    unsafe { self.may_contain_avx512_narrow(bytes, key_hash) }
+                } else {
+                    // SAFETY: as above.
+                    unsafe { self.may_contain_avx512(bytes, key_hash) }
+                },
+            );
         }
         let _ = (bytes, key_hash);
         None
@@ -638,6 +664,17 @@ impl RibbonLayout {
             return true;
         };
         avx512::check_columns(bytes, &key)
+    }
+
+    /// The AVX-512 query for layouts of 2 to 8 upper columns (every start
+    /// block has 1 to 8): one chunk.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
+        let Some(key) = self.locate(key_hash) else {
+            return true;
+        };
+        avx512::check_narrow(bytes, &key)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -801,8 +838,9 @@ mod avx512 {
     ///
     /// # Safety
     ///
-    /// `next + (first + n) * 16 <= words.len()`, `1 <= n <= 8`, and the CPU
-    /// must support AVX-512 F and VPOPCNTDQ.
+    /// `next + (first + n) * 16 <= words.len()`, and the CPU must support
+    /// AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a wrong answer
+    /// but reads no more than `n` columns; see the loads.)
     #[inline]
     #[target_feature(enable = "avx512f,avx512vpopcntdq,bmi2")]
     unsafe fn chunk_differs(
@@ -818,14 +856,18 @@ mod avx512 {
         debug_assert!(next + (first + n) * WORD_BYTES <= words.len());
         // Two 64-bit words per column: the first register takes columns
         // `first..first + 4`, the second the rest.
-        let lanes = _bzhi_u32(0xffff, 2 * n as u32);
+        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
+        // from 16 up: the masks select `min(i / 2, 8)` columns, `i` = those
+        // 8 bits of `2n`, never more than `n` (`n < 8` gives `i = 2n`).
+        let lanes = _bzhi_u32(0xffff, (2 * n) as u32);
         let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
         let at = first * WORD_BYTES;
         let base = words.as_ptr();
         let load = |offset: usize, mask: u8| {
             // SAFETY: the lanes `mask` selects are the bytes `offset..offset
-            // + 8 * popcount(mask)` (the mask is contiguous from bit 0), all
-            // below `next + (first + n) * 16 <= words.len()` by the caller's
+            // + 8 * popcount(mask)` (the mask is contiguous from bit 0), at
+            // most `n` columns from `first` (see `lanes`), so all below
+            // `next + (first + n) * 16 <= words.len()` by the caller's
             // contract; masked-off lanes are not accessed (and do not
             // fault), and `wrapping_add` makes computing an address past the
             // slice for an all-zero mask harmless.
@@ -863,30 +905,26 @@ mod avx512 {
         _mm512_test_epi64_mask(counts, _mm512_set1_epi64(1)) != 0
     }
 
-    /// Same answer as `RibbonLayout::check_columns`, for any column count.
+    /// Same answer as `RibbonLayout::check_columns` for keys of 1 to 8
+    /// columns (layouts of 2 to 8 upper columns): one chunk.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
-        let columns = key.columns;
-        if !(1..=8).contains(&columns) {
-            return columns == 0 || many_columns_match(bytes, key);
-        }
-        // The usual case (rates of 2^-8 and above): one chunk, no loop.
+    pub(super) fn check_narrow(bytes: &[u8], key: &Located) -> bool {
+        debug_assert!((1..=8).contains(&key.columns));
         let Some((words, next)) = key_words(bytes, key) else {
             return true;
         };
         let (low, high) = window(key);
-        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); `1 <=
-        // columns <= 8`; the CPU has AVX-512 F and VPOPCNTDQ (this
-        // function's target features).
-        !unsafe { chunk_differs(words, next, 0, columns, low, high, key.result) }
+        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); the
+        // CPU has AVX-512 F and VPOPCNTDQ (this function's target features).
+        !unsafe { chunk_differs(words, next, 0, key.columns, low, high, key.result) }
     }
 
-    /// More than eight columns (rates below 2^-8): chunks of eight, out of
-    /// line so that the usual case keeps fewer registers live.
-    #[inline(never)]
+    /// Same answer as `RibbonLayout::check_columns`, for any column count:
+    /// chunks of eight columns.
+    #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    fn many_columns_match(bytes: &[u8], key: &Located) -> bool {
+    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
         let columns = key.columns;
         let Some((words, next)) = key_words(bytes, key) else {
             return true;
@@ -896,9 +934,8 @@ mod avx512 {
         while first < columns {
             let n = (columns - first).min(8);
             // SAFETY: `first + n <= columns`, so `next + (first + n) * 16 <=
-            // next + columns * 16 == words.len()` (`key_words`); `1 <= n <=
-            // 8`; the CPU has AVX-512 F and VPOPCNTDQ (this function's
-            // target features).
+            // next + columns * 16 == words.len()` (`key_words`); the CPU has
+            // AVX-512 F and VPOPCNTDQ (this function's target features).
             if unsafe { chunk_differs(words, next, first, n, low, high, key.result >> first) } {
                 return false;
             }
@@ -923,7 +960,9 @@ mod avx512 {
         };
         // Two comparisons and no overflow check: `here <= bytes.len()`, then
         // the length of the rest.
-        let words = bytes.get(key.here..)?.get(..next + key.columns * WORD_BYTES)?;
+        let words = bytes
+            .get(key.here..)?
+            .get(..next + key.columns * WORD_BYTES)?;
         Some((words, next))
     }
 
@@ -937,16 +976,12 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
     fn window(key: &Located) -> (__m512i, __m512i) {
-        let coeff =
-            _mm256_zextsi128_si256(_mm_set_epi64x((key.coeff >> 64) as i64, key.coeff as i64));
+        let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
         let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
         let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
         let carried = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole + 1]), coeff);
-        let window = _mm512_castsi256_si512(_mm256_shldv_epi64(
-            moved,
-            carried,
-            _mm256_set1_epi64x(bits),
-        ));
+        let window =
+            _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
         (
             _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
             _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
