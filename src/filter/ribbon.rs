@@ -796,8 +796,9 @@ fn cpu_has_avx512() -> bool {
 /// chunk for the usual rates (8 result bits or fewer).
 ///
 /// The window (`coeff << shift` over the start block's word and the next
-/// block's) is built in a 256-bit register by two `vpermq` (whole words) and
-/// one `vpshldvq` (the bits within a word), and its low and high halves are
+/// block's) is built in a 256-bit register by one `vpermq` (whole words), one
+/// `valignq` (the word below each) and one `vpshldvq` (the bits within a
+/// word), and its low and high halves are
 /// broadcast to all four 128-bit lanes of a zmm. A chunk of `n <= 8` columns
 /// is two masked 64-byte loads per block (columns 0-3 and 4-7 of the chunk;
 /// lanes past the last column are zero and never read), masked and combined
@@ -817,8 +818,8 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// `vpermq` indices that move the 64-bit words of `[c0, c1, 0, 0]` up by
-    /// 0, 1 or 2 words, filling with word 2 (zero).
-    static SHIFT_WORDS: [[i64; 4]; 3] = [[0, 1, 2, 3], [2, 0, 1, 2], [2, 2, 0, 1]];
+    /// 0 or 1 words, filling with word 2 (zero).
+    static SHIFT_WORDS: [[i64; 4]; 2] = [[0, 1, 2, 3], [2, 0, 1, 2]];
 
     /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
     const XOR_AND: i32 = 0x78;
@@ -972,14 +973,15 @@ mod avx512 {
     ///
     /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
     /// by `vpermq`, then the bits within a word by a funnel shift with the
-    /// word below (`bits == 0` keeps the word as it is).
+    /// word below (`valignq` with zero: the moved words one word up;
+    /// `bits == 0` keeps the word as it is).
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
     fn window(key: &Located) -> (__m512i, __m512i) {
         let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
         let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
         let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
-        let carried = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole + 1]), coeff);
+        let carried = _mm256_alignr_epi64::<3>(moved, _mm256_setzero_si256());
         let window =
             _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
         (
