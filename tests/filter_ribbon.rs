@@ -430,9 +430,10 @@ fn tables_recording_the_ribbon_name_decode_from_bytes() {
     );
 }
 
-/// The POPCNT query path (taken on this CPU when it has POPCNT) and the
-/// portable one give the same answer for every key, present or absent, in
-/// lower and upper blocks, including block-aligned starts.
+/// The scalar query path with POPCNT (when the CPU has it), `may_contain`
+/// (the vector path this CPU takes) and the portable path give the same
+/// answer for every key, present or absent, in lower and upper blocks,
+/// including block-aligned starts.
 #[test]
 fn popcnt_and_portable_queries_agree() {
     let m = million();
@@ -440,8 +441,9 @@ fn popcnt_and_portable_queries_agree() {
     let mut disagreements = 0;
     let mut positives = 0;
     for &h in m.keys.iter().step_by(10).chain(absent(200_000).iter()) {
-        let fast = layout.may_contain(&m.bytes, h);
+        let fast = layout.may_contain_scalar(&m.bytes, h);
         disagreements += usize::from(fast != layout.may_contain_portable(&m.bytes, h));
+        disagreements += usize::from(fast != layout.may_contain(&m.bytes, h));
         positives += usize::from(fast);
     }
     assert_eq!(disagreements, 0);
@@ -450,16 +452,20 @@ fn popcnt_and_portable_queries_agree() {
 }
 
 /// Every present key and many absent ones get the same answer from
-/// `may_contain` (the AVX2 column path on CPUs with AVX2, as this test
-/// checks on x86-64) and from the portable scalar loop, and no present key is
-/// rejected: filters of 1 to 1,000,000 keys, whole and fractional result
-/// bits from 0 to 32 columns (the vector path reads columns in pairs and
-/// eight at a time, with a separate path for six to eight columns, so every
-/// count from 0 to 11 and 16, 17 and 32 cover odd counts, one and several
-/// chunks), one-block shards (every start block-aligned, in
-/// the shard's last block) and block-aligned starts in larger shards.
+/// `may_contain` (the AVX-512 column path on CPUs with its features, else
+/// the AVX2 one on CPUs with AVX2, as this test checks on x86-64), from the
+/// AVX2 and the AVX-512 paths called directly (where the CPU has them) and
+/// from the portable scalar loop, and no present key is rejected: filters of
+/// 1 to 1,000,000 keys, whole and fractional result bits from 0 to 32
+/// columns (the AVX2 path reads columns in pairs and eight at a time, with a
+/// separate path for six to eight columns; the AVX-512 path reads chunks of
+/// up to eight columns with masked loads of four columns; so every count
+/// from 0 to 11 and 16, 17 and 32 cover odd counts, partial and whole
+/// registers, one and several chunks), one-block shards (every start
+/// block-aligned, in the shard's last block) and block-aligned starts in
+/// larger shards.
 #[test]
-fn avx2_and_portable_queries_agree_on_many_filters() {
+fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
     let tight = BuildKnobs::default();
     // 100 keys need a large overhead to reach the 1,024 slots of a Ribbon
     // filter; one key never does (it is a Bloom filter, checked below).
@@ -510,15 +516,33 @@ fn avx2_and_portable_queries_agree_on_many_filters() {
     for (keys, bytes, name) in &cases {
         let layout = RibbonLayout::parse(bytes).expect("ribbon bytes");
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(
-            layout.uses_avx2(),
-            std::arch::is_x86_feature_detected!("avx2"),
-            "{name}"
-        );
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx512 = has!("avx512f")
+                && has!("avx512vl")
+                && has!("avx512vbmi2")
+                && has!("avx512vpopcntdq")
+                && has!("bmi2");
+            let avx2 = has!("avx2") && has!("bmi2");
+            assert_eq!(layout.uses_avx512(), avx512, "{name}");
+            assert_eq!(layout.uses_avx2(), avx2 && !avx512, "{name}");
+            assert_eq!(layout.may_contain_avx512_path(bytes, 1).is_some(), avx512);
+            assert_eq!(layout.may_contain_avx2_path(bytes, 1).is_some(), avx2);
+        }
         let decoded = Filter::decode(bytes.clone());
         for &h in keys {
             assert!(layout.may_contain(bytes, h), "{name}: false negative");
             assert!(layout.may_contain_portable(bytes, h), "{name}: portable");
+            assert_ne!(
+                layout.may_contain_avx2_path(bytes, h),
+                Some(false),
+                "{name}: avx2"
+            );
+            assert_ne!(
+                layout.may_contain_avx512_path(bytes, h),
+                Some(false),
+                "{name}: avx512"
+            );
             assert!(decoded.may_contain(h), "{name}: decoded");
         }
         let absent_checked = if keys.len() >= 1_000_000 {
@@ -529,6 +553,12 @@ fn avx2_and_portable_queries_agree_on_many_filters() {
         for &h in &absent_keys[..absent_checked] {
             let fast = layout.may_contain(bytes, h);
             assert_eq!(fast, layout.may_contain_portable(bytes, h), "{name}");
+            for path in [
+                layout.may_contain_avx2_path(bytes, h),
+                layout.may_contain_avx512_path(bytes, h),
+            ] {
+                assert!(path.is_none_or(|answer| answer == fast), "{name}");
+            }
             assert_eq!(fast, decoded.may_contain(h), "{name}");
         }
         if layout.num_shards() as usize == keys.len() {

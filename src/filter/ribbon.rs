@@ -93,11 +93,20 @@
 //! directly follows: one contiguous run of `2 x cols x 16` bytes (224 bytes,
 //! four or five cache lines, at 7 columns).
 //!
-//! On CPUs with AVX2 (detected once, when the layout is parsed) the query
-//! checks up to eight columns at once: each pair of adjacent columns is one
-//! 32-byte load per block, ANDed with the key's coefficient window, and the
-//! eight parities are compared with the fingerprint in one vector test
-//! (`mod avx2`; measured 1.5x-2.1x faster than the POPCNT query in
+//! On CPUs with AVX-512 F, VL, VBMI2 and VPOPCNTDQ (and BMI2; detected once,
+//! when the layout is parsed) the query checks up to eight columns of both
+//! blocks in zmm registers: two masked 64-byte loads per block (four columns
+//! each; lanes past the last column are neither read nor checked), an AND
+//! and a `vpternlogq` with the key's window per load pair, the two halves of
+//! each column folded with the fingerprint bit, and one `vpopcntq` and one
+//! mask test for all eight parities (`mod avx512`; filters of 2 to 8 upper
+//! columns, rates of 2^-8 and above, take a variant without the chunk loop,
+//! chosen at parse; measured 1.03x-1.28x faster than the AVX2 query in
+//! docs/filters.md). Without AVX-512, on CPUs with AVX2 the query checks up
+//! to eight columns at once: each pair of adjacent columns is one 32-byte
+//! load per block, ANDed with the key's coefficient window, and the eight
+//! parities are compared with the fingerprint in one vector test (`mod
+//! avx2`; measured 1.5x-2.1x faster than the POPCNT query in
 //! docs/filters.md). The scalar query checks the first four columns
 //! without branches and stops there if any disagrees with the fingerprint,
 //! which an absent key does with probability 15/16; one exit branch that is
@@ -351,9 +360,45 @@ pub struct RibbonLayout {
     table_start: usize,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
-    /// The CPU has AVX2 and BMI2 (checked once, at parse): queries take the
-    /// vector path over the columns. Same answers either way.
-    avx2: bool,
+    /// The query path this CPU takes (checked once, at parse). Same answers
+    /// on every path.
+    path: QueryPath,
+}
+
+/// Which code checks a key's columns, picked once per parsed layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueryPath {
+    /// `mod avx512` for filters of 2 to 8 upper columns (every key has 1 to
+    /// 8): one chunk of columns, no loop.
+    Avx512Narrow,
+    /// `mod avx512` for any column count: chunks of up to eight columns.
+    Avx512,
+    /// `mod avx2`: eight columns per chunk; fewer than two columns go to the
+    /// scalar loop.
+    Avx2,
+    /// The scalar loop, with POPCNT when the CPU has it.
+    Scalar,
+}
+
+impl QueryPath {
+    fn detect(upper_columns: u32) -> QueryPath {
+        if cpu_has_avx512() {
+            QueryPath::avx512(upper_columns)
+        } else if cpu_has_avx2() {
+            QueryPath::Avx2
+        } else {
+            QueryPath::Scalar
+        }
+    }
+
+    /// The AVX-512 path for filters of `upper_columns` columns.
+    fn avx512(upper_columns: u32) -> QueryPath {
+        if (2..=8).contains(&upper_columns) {
+            QueryPath::Avx512Narrow
+        } else {
+            QueryPath::Avx512
+        }
+    }
 }
 
 /// Where a key's row lives in the solution, and the row itself.
@@ -420,7 +465,7 @@ impl RibbonLayout {
             upper_columns,
             table_start,
             shards: shards.into(),
-            avx2: cpu_has_avx2(),
+            path: QueryPath::detect(upper_columns),
         })
     }
 
@@ -469,21 +514,37 @@ impl RibbonLayout {
     /// Queries `bytes` (the bytes this layout was parsed from). Reads are
     /// bounds-checked: bytes that do not match the layout answer `true`.
     ///
-    /// Uses AVX2 over the result columns when the CPU has it (checked once,
-    /// at parse), else POPCNT when the CPU has that (detected at run time),
-    /// otherwise a portable parity; all give the same answer.
+    /// Uses AVX-512 over the result columns when the CPU has it (checked
+    /// once, at parse), else AVX2, else POPCNT when the CPU has that
+    /// (detected at run time), otherwise a portable parity; all give the
+    /// same answer.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if self.avx2 {
-                // SAFETY: `avx2` is true only if the CPU reported AVX2 and
-                // BMI2 when this layout was parsed (`cpu_has_avx2`), the
-                // target features `may_contain_avx2` enables.
-                if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
-                    return answer;
+            match self.path {
+                QueryPath::Avx512Narrow => {
+                    // SAFETY: `path` is `Avx512Narrow` only if the CPU
+                    // reported every feature `may_contain_avx512_narrow`
+                    // enables when this layout was parsed (`cpu_has_avx512`).
+                    return unsafe { self.may_contain_avx512_narrow(bytes, key_hash) };
                 }
-                // Start blocks with fewer than two columns: scalar below.
+                QueryPath::Avx512 => {
+                    // SAFETY: `path` is `Avx512` only if the CPU reported
+                    // every feature `may_contain_avx512` enables when this
+                    // layout was parsed (`cpu_has_avx512`).
+                    return unsafe { self.may_contain_avx512(bytes, key_hash) };
+                }
+                QueryPath::Avx2 => {
+                    // SAFETY: `path` is `Avx2` only if the CPU reported AVX2
+                    // and BMI2 when this layout was parsed (`cpu_has_avx2`),
+                    // the target features `may_contain_avx2` enables.
+                    if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
+                        return answer;
+                    }
+                    // Start blocks with fewer than two columns: scalar below.
+                }
+                QueryPath::Scalar => {}
             }
             if has_popcnt() {
                 // SAFETY: `may_contain_popcnt` only enables the `popcnt`
@@ -502,11 +563,87 @@ impl RibbonLayout {
         self.query(bytes, key_hash, parity_mul)
     }
 
+    /// This layout with [`may_contain`](Self::may_contain) forced onto the
+    /// named path: `"avx512"`, `"avx2"` or `"scalar"` (POPCNT when the CPU
+    /// has it); `None` for another name or a path this CPU cannot run. For
+    /// benchmarks and tests.
+    #[doc(hidden)]
+    pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
+        let path = match name {
+            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns),
+            "avx2" if cpu_has_avx2() => QueryPath::Avx2,
+            "scalar" => QueryPath::Scalar,
+            _ => return None,
+        };
+        Some(RibbonLayout { path, ..self })
+    }
+
+    /// The scalar query (POPCNT when the CPU has it, else the portable
+    /// parity), whatever path [`may_contain`](Self::may_contain) takes; for
+    /// tests that compare the paths.
+    #[doc(hidden)]
+    pub fn may_contain_scalar(&self, bytes: &[u8], key_hash: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if has_popcnt() {
+            // SAFETY: `may_contain_popcnt` only enables the `popcnt` target
+            // feature, and `has_popcnt` just confirmed this CPU supports it.
+            return unsafe { self.may_contain_popcnt(bytes, key_hash) };
+        }
+        self.query(bytes, key_hash, parity_mul)
+    }
+
     /// Whether [`may_contain`](Self::may_contain) takes the AVX2 path on
-    /// this CPU; for tests.
+    /// this CPU (it has AVX2 and BMI2 but not the AVX-512 features of
+    /// [`uses_avx512`](Self::uses_avx512)); for tests.
     #[doc(hidden)]
     pub fn uses_avx2(&self) -> bool {
-        self.avx2
+        self.path == QueryPath::Avx2
+    }
+
+    /// Whether [`may_contain`](Self::may_contain) takes the AVX-512 path on
+    /// this CPU (AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2); for tests.
+    #[doc(hidden)]
+    pub fn uses_avx512(&self) -> bool {
+        matches!(self.path, QueryPath::Avx512 | QueryPath::Avx512Narrow)
+    }
+
+    /// The AVX2 query (scalar for start blocks with fewer than two columns)
+    /// whatever path [`may_contain`](Self::may_contain) takes; `None` if the
+    /// CPU lacks AVX2 or BMI2. For tests that compare the paths.
+    #[doc(hidden)]
+    pub fn may_contain_avx2_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
+        #[cfg(target_arch = "x86_64")]
+        if cpu_has_avx2() {
+            // SAFETY: `cpu_has_avx2` just confirmed AVX2 and BMI2, the
+            // target features `may_contain_avx2` enables.
+            let answer = unsafe { self.may_contain_avx2(bytes, key_hash) };
+            return Some(answer.unwrap_or_else(|| self.may_contain_scalar(bytes, key_hash)));
+        }
+        let _ = (bytes, key_hash);
+        None
+    }
+
+    /// The AVX-512 query whatever path [`may_contain`](Self::may_contain)
+    /// takes; `None` if the CPU lacks one of its features. For tests that
+    /// compare the paths.
+    #[doc(hidden)]
+    pub fn may_contain_avx512_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
+        #[cfg(target_arch = "x86_64")]
+        if cpu_has_avx512() {
+            // SAFETY: `cpu_has_avx512` just confirmed every target feature
+            // `may_contain_avx512` enables.
+            return Some(
+                if QueryPath::avx512(self.upper_columns) == QueryPath::Avx512Narrow {
+                    // SAFETY: as above.
+                    unsafe { self.may_contain_avx512_narrow(bytes, key_hash) }
+                } else {
+                    // SAFETY: as above.
+                    unsafe { self.may_contain_avx512(bytes, key_hash) }
+                },
+            );
+        }
+        let _ = (bytes, key_hash);
+        None
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -526,6 +663,27 @@ impl RibbonLayout {
             return Some(true);
         };
         avx2::check_columns(bytes, &key)
+    }
+
+    /// The AVX-512 query: every column count, no scalar fallback.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    fn may_contain_avx512(&self, bytes: &[u8], key_hash: u64) -> bool {
+        let Some(key) = self.locate(key_hash) else {
+            return true;
+        };
+        avx512::check_columns(bytes, &key)
+    }
+
+    /// The AVX-512 query for layouts of 2 to 8 upper columns (every start
+    /// block has 1 to 8): one chunk.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
+        let Some(key) = self.locate(key_hash) else {
+            return true;
+        };
+        avx512::check_narrow(bytes, &key)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -620,6 +778,225 @@ fn cpu_has_avx2() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// Whether this CPU has what the AVX-512 query uses: AVX-512 F and VL (masked
+/// loads, ternary logic, 256-bit permutes), VBMI2 (the funnel shift that
+/// builds the window), VPOPCNTDQ (the parities) and BMI2 (the row hashing's
+/// `mulx` and `rorx`).
+fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512vl")
+            && has!("avx512vbmi2")
+            && has!("avx512vpopcntdq")
+            && has!("bmi2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The AVX-512 query: up to eight columns of both blocks per chunk, one
+/// chunk for the usual rates (8 result bits or fewer).
+///
+/// The window (`coeff << shift` over the start block's word and the next
+/// block's) is built in a 256-bit register by one `vpermq` (whole words), one
+/// `valignq` (the word below each) and one `vpshldvq` (the bits within a
+/// word), and its low and high halves are
+/// broadcast to all four 128-bit lanes of a zmm. A chunk of `n <= 8` columns
+/// is two masked 64-byte loads per block (columns 0-3 and 4-7 of the chunk;
+/// lanes past the last column are zero and never read), masked and combined
+/// by one AND and one `vpternlogq` per 64 bytes: `(w0 & low) ^ (w1 &
+/// high)`. `vpunpcklqdq` / `vpunpckhqdq` and a three-way XOR fold each
+/// column's two 64-bit halves into one 64-bit lane (eight columns in one
+/// zmm) and XOR in the column's result bit at bit 0, so a column matches
+/// iff its lane has even parity: one `vpopcntq` and one `vptestmq` of the
+/// counts' bit 0 give the mismatching columns as a mask.
+///
+/// This module has `unsafe` because `#[target_feature]` functions and the
+/// vector loads need it; the loads stay inside a slice whose length was
+/// checked first.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{Located, WORD_BYTES};
+    use std::arch::x86_64::*;
+
+    /// `vpermq` indices that move the 64-bit words of `[c0, c1, 0, 0]` up by
+    /// 0 or 1 words, filling with word 2 (zero).
+    static SHIFT_WORDS: [[i64; 4]; 2] = [[0, 1, 2, 3], [2, 0, 1, 2]];
+
+    /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
+    const XOR_AND: i32 = 0x78;
+    const XOR3: i32 = 0x96;
+
+    /// Loads an `[i64; 4]` as a vector.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    fn load_i64x4(v: &[i64; 4]) -> __m256i {
+        // SAFETY: `v` is 32 readable bytes; the load is unaligned.
+        unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
+    }
+
+    /// Whether any of the `n` columns (`1..=8`) from column `first` differs
+    /// from the key's result bits `result` (bit 0 = column `first`); `low`
+    /// and `high` are the window halves broadcast to every 128-bit lane.
+    ///
+    /// # Safety
+    ///
+    /// `next + (first + n) * 16 <= words.len()`, and the CPU must support
+    /// AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a wrong answer
+    /// but reads no more than `n` columns; see the loads.)
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq,bmi2")]
+    unsafe fn chunk_differs(
+        words: &[u8],
+        next: usize,
+        first: usize,
+        n: usize,
+        low: __m512i,
+        high: __m512i,
+        result: u32,
+    ) -> bool {
+        debug_assert!((1..=8).contains(&n));
+        debug_assert!(next + (first + n) * WORD_BYTES <= words.len());
+        // Two 64-bit words per column: the first register takes columns
+        // `first..first + 4`, the second the rest.
+        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
+        // from 16 up: the masks select `min(i / 2, 8)` columns, `i` = those
+        // 8 bits of `2n`, never more than `n` (`n < 8` gives `i = 2n`).
+        let lanes = _bzhi_u32(0xffff, (2 * n) as u32);
+        let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
+        let at = first * WORD_BYTES;
+        let base = words.as_ptr();
+        let load = |offset: usize, mask: u8| {
+            // SAFETY: the lanes `mask` selects are the bytes `offset..offset
+            // + 8 * popcount(mask)` (the mask is contiguous from bit 0), at
+            // most `n` columns from `first` (see `lanes`), so all below
+            // `next + (first + n) * 16 <= words.len()` by the caller's
+            // contract; masked-off lanes are not accessed (and do not
+            // fault), and `wrapping_add` makes computing an address past the
+            // slice for an all-zero mask harmless.
+            unsafe { _mm512_maskz_loadu_epi64(mask, base.wrapping_add(offset).cast::<i64>()) }
+        };
+        let x0 = _mm512_ternarylogic_epi64::<XOR_AND>(
+            _mm512_and_si512(load(at, m0), low),
+            load(next + at, m0),
+            high,
+        );
+        let x1 = _mm512_ternarylogic_epi64::<XOR_AND>(
+            _mm512_and_si512(load(at + 64, m1), low),
+            load(next + at + 64, m1),
+            high,
+        );
+        // The chunk's result bits, one per lane at bit 0, zero for lanes past
+        // the last column.
+        let bits = _bzhi_u32(result, n as u32);
+        // After the unpack below, 64-bit lane `2k` holds column `k` of the
+        // chunk and lane `2k + 1` column `k + 4`: shift each lane's result
+        // bit to bit 0 (a constant vector, so the compiler knows every shift
+        // is below 64).
+        let lane_column = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+        let expected = _mm512_and_si512(
+            _mm512_srlv_epi64(_mm512_set1_epi64(bits as i64), lane_column),
+            _mm512_set1_epi64(1),
+        );
+        // Lane 2k: column k (both halves XORed), lane 2k + 1: column k + 4.
+        let folded = _mm512_ternarylogic_epi64::<XOR3>(
+            _mm512_unpacklo_epi64(x0, x1),
+            _mm512_unpackhi_epi64(x0, x1),
+            expected,
+        );
+        let counts = _mm512_popcnt_epi64(folded);
+        _mm512_test_epi64_mask(counts, _mm512_set1_epi64(1)) != 0
+    }
+
+    /// Same answer as `RibbonLayout::check_columns` for keys of 1 to 8
+    /// columns (layouts of 2 to 8 upper columns): one chunk.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    pub(super) fn check_narrow(bytes: &[u8], key: &Located) -> bool {
+        debug_assert!((1..=8).contains(&key.columns));
+        let Some((words, next)) = key_words(bytes, key) else {
+            return true;
+        };
+        let (low, high) = window(key);
+        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); the
+        // CPU has AVX-512 F and VPOPCNTDQ (this function's target features).
+        !unsafe { chunk_differs(words, next, 0, key.columns, low, high, key.result) }
+    }
+
+    /// Same answer as `RibbonLayout::check_columns`, for any column count:
+    /// chunks of eight columns.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
+        let columns = key.columns;
+        let Some((words, next)) = key_words(bytes, key) else {
+            return true;
+        };
+        let (low, high) = window(key);
+        let mut first = 0;
+        while first < columns {
+            let n = (columns - first).min(8);
+            // SAFETY: `first + n <= columns`, so `next + (first + n) * 16 <=
+            // next + columns * 16 == words.len()` (`key_words`); the CPU has
+            // AVX-512 F and VPOPCNTDQ (this function's target features).
+            if unsafe { chunk_differs(words, next, first, n, low, high, key.result >> first) } {
+                return false;
+            }
+            first += 8;
+        }
+        true
+    }
+
+    /// The bytes a key's columns live in, from its start block's first word:
+    /// `columns` words of the start block, then (unless the start is
+    /// block-aligned) `columns` words of the next block, which begin at the
+    /// returned offset `next`; `None` if `bytes` is too short. With a
+    /// block-aligned start the window has no high half; `next` is then 0
+    /// (the start block again, ANDed with zero) so that the read stays
+    /// inside the shard even for its last block.
+    #[inline(always)]
+    fn key_words<'a>(bytes: &'a [u8], key: &Located) -> Option<(&'a [u8], usize)> {
+        let next = if key.shift == 0 {
+            0
+        } else {
+            key.columns * WORD_BYTES
+        };
+        // Two comparisons and no overflow check: `here <= bytes.len()`, then
+        // the length of the rest.
+        let words = bytes
+            .get(key.here..)?
+            .get(..next + key.columns * WORD_BYTES)?;
+        Some((words, next))
+    }
+
+    /// The key's window `coeff << shift` over the start block's word (the
+    /// first result, `low`) and the next block's (`high`), each broadcast to
+    /// every 128-bit lane.
+    ///
+    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
+    /// by `vpermq`, then the bits within a word by a funnel shift with the
+    /// word below (`valignq` with zero: the moved words one word up;
+    /// `bits == 0` keeps the word as it is).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
+    fn window(key: &Located) -> (__m512i, __m512i) {
+        let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
+        let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
+        let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
+        let carried = _mm256_alignr_epi64::<3>(moved, _mm256_setzero_si256());
+        let window =
+            _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
+        (
+            _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
+            _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
+        )
     }
 }
 
