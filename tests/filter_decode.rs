@@ -91,7 +91,7 @@ fn bloom_bytes_decode_as_bloom() {
 
 /// Asserts that `bytes` decode, both ways, to "may contain" for every key.
 fn assert_unfiltered(bytes: &[u8], what: &str) {
-    let filter = Filter::decode(bytes.to_vec());
+    let filter = Filter::decode(bytes);
     assert_eq!(filter.unfiltered(), Some(Unfiltered::Undecodable), "{what}");
     assert_eq!(filter.format_name(), "undecodable", "{what}");
     for h in [0u64, 1, u64::MAX, 0x1234_5678_9abc_def0] {

@@ -25,7 +25,7 @@ fn absent(n: u64) -> Vec<u64> {
 }
 
 fn assert_no_false_negatives(bytes: &[u8], keys: &[u64]) {
-    let decoded = Filter::decode(bytes.to_vec());
+    let decoded = Filter::decode(bytes);
     let policy = RibbonPolicy::new(10.0);
     for &h in keys {
         assert!(decoded.may_contain(h), "Filter::decode false negative");

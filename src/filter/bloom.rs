@@ -37,14 +37,17 @@
 //!   from 0.955% to 0.966% at 10 bits/key.
 //!
 //! Queries test every probe and AND the results (no early exit). With
-//! AVX-512 (F, CD) or AVX2, detected at run time once per decoded filter,
-//! the chain values are computed and tested in vector lanes: the AVX-512
-//! path finds repeats with the conflict instruction and picks the first
-//! `probes` distinct lanes with `pdep`, without a branch; the AVX2 path
-//! compares the lanes with rotated copies of themselves and falls back to the
-//! scalar code for the ~3% of keys with a repeat. Every path gives the same
-//! answers (unit-tested against a byte-level reference for every probe
-//! count).
+//! AVX-512 (F, CD, with POPCNT and BMI2) or AVX2, detected at run time once
+//! per decoded filter, the chain values are computed and tested in vector
+//! lanes, one step: the AVX-512 path takes 16 chain values, finds repeats
+//! with the conflict instruction and picks the first `probes` distinct lanes
+//! with `pdep`, without a branch (it falls back to the scalar code above 16
+//! probes, over 32 bits/key, or when 16 values hold fewer than `probes`
+//! distinct ones, which no odd state does below 11 probes); the AVX2 path
+//! takes 8, compares the lanes with rotated copies of themselves and falls
+//! back to the scalar code for the ~3% of keys with a repeat and for more
+//! than 8 probes (over 14 bits/key). Every path gives the same answers
+//! (unit-tested against a byte-level reference for every probe count).
 //!
 //! # Probe count
 //!
@@ -370,8 +373,8 @@ impl BloomLayout {
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
         match self.path {
             // SAFETY: `QueryPath::detect` chose `Avx512` only because the CPU
-            // reported AVX-512F, AVX-512CD, POPCNT and BMI2, all
-            // `avx512::may_contain` requires.
+            // reported AVX-512F (and what rustc takes it to imply), AVX-512CD,
+            // POPCNT and BMI2, all `avx512::may_contain` requires.
             #[cfg(target_arch = "x86_64")]
             QueryPath::Avx512 => unsafe { avx512::may_contain(self, bytes, key_hash) },
             // SAFETY: `QueryPath::detect` chose `Avx2` only because the CPU
@@ -413,10 +416,11 @@ enum ProbeScheme {
 }
 
 /// How many values of the multiply chain a key's distinct probes are drawn
-/// from before giving up on finding more. Far more than ever needed: at 30
-/// probes (the most a filter has) the chance that 64 values hold fewer than
-/// 30 distinct ones is below 1e-9, and the chain of an odd state never
-/// repeats within 64 steps. The cap only makes the loop's length bounded.
+/// from before giving up on finding more. Never reached: an exhaustive scan
+/// of all 2^31 odd states (in review, not a test) found at least 46 distinct
+/// values among every state's first 64, and 30 distinct values (the most
+/// probes a filter has) within the first 41. The cap only makes the loop's
+/// length visibly bounded.
 const CHAIN_LIMIT: usize = 64;
 
 /// Calls `visit(bit)` for each probe bit of a key in a [`FORMAT_BLOOM`]
@@ -434,8 +438,9 @@ const CHAIN_LIMIT: usize = 64;
 /// `32 - t` bits.
 ///
 /// Build and every query path derive the probes from this definition; the
-/// vector paths compute the first eight chain values at once and fall back
-/// to this function when two of the first `probes` coincide.
+/// vector paths compute the first 8 (AVX2) or 16 (AVX-512) chain values at
+/// once and fall back to this function when those do not settle the probe
+/// set (see the module documentation).
 #[inline(always)]
 fn visit_distinct_probes<const PAIRWISE: bool>(
     state: u32,
@@ -545,11 +550,13 @@ fn line_has_all(block: &[u8; LINE_BYTES], state: u32, probes: u32) -> bool {
 enum QueryPath {
     /// Plain Rust, any CPU.
     Portable,
-    /// Eight probes per step in 256-bit vectors: two permutes and a blend
-    /// fetch each probe's word from the two halves of the line.
+    /// Up to 8 probes in one 256-bit step: two permutes and a blend fetch
+    /// each probe's word from the two halves of the line. More probes, and
+    /// keys whose first chain values repeat, take the scalar code.
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// Sixteen chain values per step in 512-bit vectors: one permute
+    /// Up to 16 probes in one 512-bit step (more take the scalar code): one
+    /// permute
     /// fetches each probe's word from all 16 words of the line, a variable
     /// rotate needs no mask for the bit number, and for distinct probes the
     /// conflict instruction finds repeats without a branch.
@@ -561,7 +568,12 @@ impl QueryPath {
     fn detect() -> QueryPath {
         #[cfg(target_arch = "x86_64")]
         {
+            // avx2, fma and f16c too: rustc treats avx512f as implying them,
+            // and older std versions did not check them as part of it.
             if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
                 && std::arch::is_x86_feature_detected!("avx512cd")
                 && std::arch::is_x86_feature_detected!("popcnt")
                 && std::arch::is_x86_feature_detected!("bmi2")
@@ -614,8 +626,9 @@ const PROBE_POWERS_0_8: [u32; 8] = {
 };
 
 /// The scalar answer for a line, by scheme: what the vector paths fall back
-/// to for more than eight probes (over 16 bits/key) and, with distinct
-/// probes, when two of a key's first chain values coincide.
+/// to above their probe counts (AVX2: 8 probes, over 14 bits/key; AVX-512:
+/// 16, over 32 bits/key) and, with distinct probes, when their chain values
+/// do not settle the probe set.
 #[inline(never)]
 fn line_has_probes(block: &[u8; LINE_BYTES], state: u32, layout: &BloomLayout) -> bool {
     match layout.scheme {
@@ -652,8 +665,9 @@ mod avx512 {
     /// earlier one, and the probes are the first `probes` lanes that do
     /// not (`pdep` of the low `probes` bits into the mask of first
     /// occurrences): no branch on whether a key has a repeat. Only when
-    /// sixteen values hold fewer than `probes` distinct ones (never seen
-    /// below 9 probes) does it fall back to the scalar code.
+    /// sixteen values hold fewer than `probes` distinct ones (no odd state
+    /// below 11 probes, by an exhaustive scan) does it fall back to the
+    /// scalar code.
     ///
     /// # Safety
     ///

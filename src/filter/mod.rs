@@ -14,10 +14,11 @@
 //! read) preceded by that format's own small trailer (sizes, probe count or
 //! seed). A table written under one policy therefore stays readable
 //! after the database switches to another: [`Filter::decode`] and the free
-//! function [`may_contain`] pick the right implementation from the bytes. Bytes
-//! that are empty, truncated, or carry an unknown id or impossible parameters
-//! are never trusted: they decode to a filter that answers "may contain" for
-//! every key (no filtering, still correct), and each such decode is counted in
+//! function [`may_contain`] pick the right implementation from the bytes. Empty
+//! bytes mean the table has no filter ([`Unfiltered::NoFilter`]). Bytes that
+//! are truncated, or carry an unknown id or impossible parameters, are never
+//! trusted: they decode to a filter that answers "may contain" for every key
+//! (no filtering, still correct), and each such decode is counted in
 //! [`undecodable_filters`]. A flipped bit *inside* the bit array cannot be seen
 //! here; the table's block checksum catches it before the filter is decoded.
 //!
@@ -219,8 +220,8 @@ impl fmt::Debug for Filter {
 
 impl Filter {
     /// Decodes built-in filter bytes from the bytes alone.
-    pub fn decode(bytes: impl Into<Box<[u8]>>) -> Filter {
-        let bytes = LineAligned::new(&bytes.into());
+    pub fn decode(bytes: impl AsRef<[u8]>) -> Filter {
+        let bytes = LineAligned::new(bytes.as_ref());
         let kind = Self::decode_builtin(bytes.as_slice());
         Filter { bytes, kind }
     }
@@ -232,10 +233,10 @@ impl Filter {
     /// read and answers "may contain" (counted, never a false negative).
     pub fn for_policy(
         policy_name: &str,
-        bytes: impl Into<Box<[u8]>>,
+        bytes: impl AsRef<[u8]>,
         current: &Arc<dyn FilterPolicy>,
     ) -> Filter {
-        let bytes = LineAligned::new(&bytes.into());
+        let bytes = LineAligned::new(bytes.as_ref());
         let kind = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
             Self::decode_builtin(bytes.as_slice())
         } else if current.name() == policy_name {
