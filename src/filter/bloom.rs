@@ -389,12 +389,9 @@ impl BloomLayout {
     /// (non-SIMD) path that CPUs without AVX2 take: same answers, exposed so
     /// benchmarks can compare the two paths on one machine.
     pub fn may_contain_portable(&self, bytes: &[u8], key_hash: u64) -> bool {
-        if self.num_lines == 0 {
-            return false;
-        }
-        let line = fastrange32(key_hash as u32, self.num_lines) as usize;
-        let Some(block) = line_at(bytes, line) else {
-            return true;
+        let block = match line_for(self, bytes, key_hash) {
+            Ok(block) => block,
+            Err(answer) => return answer,
         };
         let state = (key_hash >> 32) as u32;
         match self.scheme {
@@ -637,25 +634,27 @@ fn line_has_probes(block: &[u8; LINE_BYTES], state: u32, layout: &BloomLayout) -
     }
 }
 
-/// The line a key maps to, or `None` for an empty filter (`Some(None)`:
-/// bytes shorter than the layout, which answer "may contain").
+/// The line `key_hash` maps to, or the answer without reading one:
+/// `Err(false)` for an empty filter (built from no keys), `Err(true)` for
+/// bytes shorter than the layout (unreachable for the bytes it was parsed
+/// from: the line is below `num_lines`).
 #[inline(always)]
-fn line_of<'a>(
+fn line_for<'a>(
     layout: &BloomLayout,
     bytes: &'a [u8],
     key_hash: u64,
-) -> Option<Option<&'a [u8; LINE_BYTES]>> {
+) -> std::result::Result<&'a [u8; LINE_BYTES], bool> {
     if layout.num_lines == 0 {
-        return None; // built from an empty key set
+        return Err(false);
     }
     let line = fastrange32(key_hash as u32, layout.num_lines) as usize;
-    Some(line_at(bytes, line))
+    line_at(bytes, line).ok_or(true)
 }
 
 /// The AVX-512 query; see [`QueryPath::Avx512`].
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{line_has_probes, line_of, BloomLayout, ProbeScheme, CHAIN_POWERS};
+    use super::{line_for, line_has_probes, BloomLayout, ProbeScheme, CHAIN_POWERS};
     use std::arch::x86_64::*;
 
     /// Same answer as `BloomLayout::may_contain_portable`.
@@ -674,11 +673,9 @@ mod avx512 {
     /// The CPU must support AVX-512F, AVX-512CD, POPCNT and BMI2.
     #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
     pub(super) unsafe fn may_contain(layout: &BloomLayout, bytes: &[u8], key_hash: u64) -> bool {
-        let Some(line) = line_of(layout, bytes, key_hash) else {
-            return false;
-        };
-        let Some(block) = line else {
-            return true; // unreachable for parsed bytes: line < num_lines
+        let block = match line_for(layout, bytes, key_hash) {
+            Ok(block) => block,
+            Err(answer) => return answer,
         };
         let state = (key_hash >> 32) as u32 | layout.state_or;
         if layout.probes > 16 {
@@ -733,7 +730,7 @@ mod avx512 {
 /// queries; what limits it is how many instructions each one issues).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{line_has_probes, line_of, BloomLayout, ProbeScheme, PROBE_POWERS_0_8};
+    use super::{line_for, line_has_probes, BloomLayout, ProbeScheme, PROBE_POWERS_0_8};
     use std::arch::x86_64::*;
 
     /// Same answer as `BloomLayout::may_contain_portable`.
@@ -743,11 +740,9 @@ mod avx2 {
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn may_contain(layout: &BloomLayout, bytes: &[u8], key_hash: u64) -> bool {
-        let Some(line) = line_of(layout, bytes, key_hash) else {
-            return false;
-        };
-        let Some(block) = line else {
-            return true; // unreachable for parsed bytes: line < num_lines
+        let block = match line_for(layout, bytes, key_hash) {
+            Ok(block) => block,
+            Err(answer) => return answer,
         };
         let state = (key_hash >> 32) as u32 | layout.state_or;
         if layout.probes > 8 {
