@@ -535,23 +535,43 @@ impl RibbonLayout {
                     // layout was parsed (`cpu_has_avx512`).
                     return unsafe { self.may_contain_avx512(bytes, key_hash) };
                 }
-                QueryPath::Avx2 => {
-                    // SAFETY: `path` is `Avx2` only if the CPU reported AVX2
-                    // and BMI2 when this layout was parsed (`cpu_has_avx2`),
-                    // the target features `may_contain_avx2` enables.
-                    if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
-                        return answer;
-                    }
-                    // Start blocks with fewer than two columns: scalar below.
-                }
+                QueryPath::Avx2 => return self.may_contain_avx2_or_scalar(bytes, key_hash),
                 QueryPath::Scalar => {}
             }
-            if has_popcnt() {
-                // SAFETY: `may_contain_popcnt` only enables the `popcnt`
-                // target feature, and `has_popcnt` just confirmed this CPU
-                // supports it.
-                return unsafe { self.may_contain_popcnt(bytes, key_hash) };
-            }
+        }
+        self.may_contain_scalar_path(bytes, key_hash)
+    }
+
+    /// The AVX2 query, or the scalar one for start blocks with fewer than
+    /// two columns. Out of line, like every arm of
+    /// [`may_contain`](Self::may_contain), so each arm is a tail call and
+    /// the dispatch inlines into callers without making them save registers.
+    ///
+    /// Only called when `path` is `Avx2`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    fn may_contain_avx2_or_scalar(&self, bytes: &[u8], key_hash: u64) -> bool {
+        debug_assert_eq!(self.path, QueryPath::Avx2);
+        // SAFETY: this is called only when `path` is `Avx2`, which it is only
+        // if the CPU reported AVX2 and BMI2 when this layout was parsed
+        // (`cpu_has_avx2`), the target features `may_contain_avx2` enables.
+        if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
+            return answer;
+        }
+        self.may_contain_scalar_path(bytes, key_hash)
+    }
+
+    /// The scalar query (POPCNT when the CPU has it), kept out of line so
+    /// that [`may_contain`](Self::may_contain), a dispatch to out-of-line
+    /// vector functions, stays small enough to inline into its callers.
+    #[inline(never)]
+    fn may_contain_scalar_path(&self, bytes: &[u8], key_hash: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if has_popcnt() {
+            // SAFETY: `may_contain_popcnt` only enables the `popcnt`
+            // target feature, and `has_popcnt` just confirmed this CPU
+            // supports it.
+            return unsafe { self.may_contain_popcnt(bytes, key_hash) };
         }
         self.query(bytes, key_hash, parity_mul)
     }
