@@ -281,6 +281,9 @@ pub struct BloomLayout {
     /// The query code this CPU runs (detected once, at parse). Same answers
     /// on every path.
     path: QueryPath,
+    /// The query code: `path` specialised for this layout's scheme, probe
+    /// count and size (see [`query_fn`](Self::query_fn)).
+    query: Query,
     /// 1 in the lanes of the first eight probes that exist (all eight from
     /// 8 probes up), 0 in the rest: the vector path shifts these into probe
     /// masks, so absent probes test nothing. Precomputed so a query does
@@ -320,11 +323,12 @@ impl BloomLayout {
         if body + TRAILER_BYTES as u64 != bytes.len() as u64 {
             return None;
         }
-        Some(BloomLayout {
+        let layout = BloomLayout {
             num_lines,
             probes,
             scheme,
-            path: QueryPath::detect(),
+            path: QueryPath::Portable,
+            query: Query::RejectAll,
             first_lane_ones: std::array::from_fn(|lane| u32::from((lane as u32) < probes)),
             repeat_sentinels: std::array::from_fn(|lane| {
                 if (lane as u32) < probes {
@@ -335,7 +339,40 @@ impl BloomLayout {
             }),
             probe_lanes: ((1u64 << probes.min(16)) - 1) as u32,
             state_or: u32::from(scheme == ProbeScheme::Distinct),
-        })
+        };
+        Some(layout.with_path(QueryPath::detect()))
+    }
+
+    /// The layout of an empty filter (no lines, rejects every key), for
+    /// decoded filters of other kinds, which carry one they never read.
+    pub(crate) fn empty() -> BloomLayout {
+        BloomLayout {
+            num_lines: 0,
+            probes: 1,
+            scheme: ProbeScheme::Distinct,
+            path: QueryPath::Portable,
+            query: Query::RejectAll,
+            first_lane_ones: [1, 0, 0, 0, 0, 0, 0, 0],
+            repeat_sentinels: std::array::from_fn(|lane| {
+                if lane == 0 {
+                    0
+                } else {
+                    (lane as u32 + 1) << 12
+                }
+            }),
+            probe_lanes: 1,
+            state_or: 1,
+        }
+    }
+
+    /// This layout queried through `path`, with the query function chosen
+    /// for it.
+    fn with_path(self, path: QueryPath) -> BloomLayout {
+        BloomLayout {
+            path,
+            query: Query::choose(path, self.scheme, self.probes, self.num_lines),
+            ..self
+        }
     }
 
     /// Number of 64-byte lines.
@@ -357,7 +394,7 @@ impl BloomLayout {
         let path = QueryPath::available()
             .into_iter()
             .find(|p| p.name() == name)?;
-        Some(BloomLayout { path, ..self })
+        Some(self.with_path(path))
     }
 
     /// Whether a key's probes are distinct bits (format [`FORMAT_BLOOM`]) or
@@ -371,18 +408,27 @@ impl BloomLayout {
     /// Bytes that do not match this layout (too short) answer `true`.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
-        match self.path {
-            // SAFETY: `QueryPath::detect` chose `Avx512` only because the CPU
-            // reported AVX-512F (and what rustc takes it to imply), AVX-512CD,
-            // POPCNT and BMI2, all `avx512::may_contain` requires.
-            #[cfg(target_arch = "x86_64")]
-            QueryPath::Avx512 => unsafe { avx512::may_contain(self, bytes, key_hash) },
-            // SAFETY: `QueryPath::detect` chose `Avx2` only because the CPU
-            // reported AVX2, all `avx2::may_contain` requires.
-            #[cfg(target_arch = "x86_64")]
-            QueryPath::Avx2 => unsafe { avx2::may_contain(self, bytes, key_hash) },
-            QueryPath::Portable => self.may_contain_portable(bytes, key_hash),
+        match (self.num_lines as usize).checked_mul(LINE_BYTES) {
+            Some(needed) if bytes.len() >= needed => {
+                let lines = CheckedLines {
+                    layout: self,
+                    lines: bytes.as_ptr(),
+                };
+                // SAFETY: the function `query_fn` chose for this layout, on
+                // lines that `bytes` holds and that outlive the call.
+                unsafe { self.query_fn()(&lines, key_hash) }
+            }
+            _ => true,
         }
+    }
+
+    /// The function that answers this layout's queries on a filter `F`:
+    /// [`Filter`](super::Filter) stores it and calls it directly, so a query
+    /// is one indirect call, with no branch on the filter's kind, the probe
+    /// scheme or the CPU, and no bounds check (`F` promises the lines are
+    /// there).
+    pub(crate) fn query_fn<F: BloomLines>(&self) -> QueryFn<F> {
+        self.query.function()
     }
 
     /// Like [`may_contain`](Self::may_contain) but always on the portable
@@ -651,66 +697,271 @@ fn line_for<'a>(
     line_at(bytes, line).ok_or(true)
 }
 
-/// The AVX-512 query; see [`QueryPath::Avx512`].
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::{line_for, line_has_probes, BloomLayout, ProbeScheme, CHAIN_POWERS};
-    use std::arch::x86_64::*;
+/// The code a query runs: the [`QueryPath`] specialised, at parse, for the
+/// layout's probe scheme, probe count and size, so that the query does not
+/// branch on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Query {
+    /// No lines (an empty key set): every key is absent.
+    RejectAll,
+    /// `scalar::may_contain`: any CPU, scheme and probe count.
+    Scalar,
+    /// `avx2::may_contain::<true>`: distinct probes, at most 8.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Distinct,
+    /// `avx2::may_contain::<false>`: the first format, at most 8 probes.
+    #[cfg(target_arch = "x86_64")]
+    Avx2WithReplacement,
+    /// `avx512::may_contain_distinct`: distinct probes, at most 16.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Distinct,
+    /// `avx512::may_contain_with_replacement`: the first format, at most 16
+    /// probes.
+    #[cfg(target_arch = "x86_64")]
+    Avx512WithReplacement,
+}
+
+/// A decoded blocked Bloom filter, as the query functions read it.
+///
+/// # Safety
+///
+/// `lines()` must point to at least `layout().num_lines() * 64` readable
+/// bytes that stay valid and unmodified while `self` is borrowed.
+pub(crate) unsafe trait BloomLines {
+    /// The filter's layout.
+    fn layout(&self) -> &BloomLayout;
+    /// The filter's first line.
+    fn lines(&self) -> *const u8;
+}
+
+/// Bytes whose length [`BloomLayout::may_contain`] checked.
+struct CheckedLines<'a> {
+    layout: &'a BloomLayout,
+    lines: *const u8,
+}
+
+// SAFETY: built only by `BloomLayout::may_contain`, after checking that the
+// bytes at `lines` hold `num_lines` lines; they are borrowed for the call.
+unsafe impl BloomLines for CheckedLines<'_> {
+    fn layout(&self) -> &BloomLayout {
+        self.layout
+    }
+    fn lines(&self) -> *const u8 {
+        self.lines
+    }
+}
+
+/// A query function over a filter `F`.
+///
+/// Calling one is `unsafe`: it must be the function
+/// [`BloomLayout::query_fn`] returned for `F`'s layout, since it relies on
+/// the CPU features, probe count, scheme and size that chose it.
+pub(crate) type QueryFn<F> = unsafe fn(&F, u64) -> bool;
+
+impl Query {
+    /// The function that runs this query on a filter `F`.
+    fn function<F: BloomLines>(self) -> QueryFn<F> {
+        match self {
+            Query::RejectAll => reject_all::<F>,
+            Query::Scalar => scalar::may_contain::<F>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx2Distinct => avx2::may_contain::<F, true>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx2WithReplacement => avx2::may_contain::<F, false>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512Distinct => avx512::may_contain_distinct::<F>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512WithReplacement => avx512::may_contain_with_replacement::<F>,
+        }
+    }
+
+    /// The query for a layout on `path`. More probes than a vector step
+    /// holds take the scalar code.
+    fn choose(path: QueryPath, scheme: ProbeScheme, probes: u32, num_lines: u32) -> Query {
+        if num_lines == 0 {
+            return Query::RejectAll;
+        }
+        let distinct = scheme == ProbeScheme::Distinct;
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= 16 && distinct => Query::Avx512Distinct,
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= 16 => Query::Avx512WithReplacement,
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx2 if probes <= 8 && distinct => Query::Avx2Distinct,
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx2 if probes <= 8 => Query::Avx2WithReplacement,
+            _ => Query::Scalar,
+        }
+    }
+}
+
+/// The query of a filter built from no keys: nothing is in it.
+///
+/// # Safety
+///
+/// None needed (`unsafe` only to have the type of every query function).
+unsafe fn reject_all<F>(_: &F, _: u64) -> bool {
+    false
+}
+
+/// The line `key_hash` maps to in the lines at `lines`.
+///
+/// # Safety
+///
+/// `lines` must point to `layout.num_lines * 64` readable bytes, and
+/// `num_lines` must be at least 1.
+#[inline(always)]
+unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *const u8 {
+    let line = fastrange32(key_hash as u32, layout.num_lines) as usize;
+    // SAFETY: `line < num_lines` (fastrange with `num_lines >= 1`), so the
+    // line's 64 bytes are inside the caller's `num_lines * 64`.
+    unsafe { lines.add(line * LINE_BYTES) }
+}
+
+/// The scalar query; see [`Query::Scalar`].
+mod scalar {
+    use super::{line_has_probes, line_ptr, BloomLines, LINE_BYTES};
 
     /// Same answer as `BloomLayout::may_contain_portable`.
     ///
-    /// Sixteen chain values at once, one per 32-bit lane. For distinct
-    /// probes, the conflict instruction marks every lane that repeats an
-    /// earlier one, and the probes are the first `probes` lanes that do
-    /// not (`pdep` of the low `probes` bits into the mask of first
-    /// occurrences): no branch on whether a key has a repeat. Only when
-    /// sixteen values hold fewer than `probes` distinct ones (no odd state
-    /// below 11 probes, by an exhaustive scan) does it fall back to the
-    /// scalar code.
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1.
+    #[inline(never)]
+    pub(super) unsafe fn may_contain<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+        let layout = filter.layout();
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller); `[u8; 64]`
+        // has alignment 1.
+        let block =
+            unsafe { &*line_ptr(layout, filter.lines(), key_hash).cast::<[u8; LINE_BYTES]>() };
+        line_has_probes(block, (key_hash >> 32) as u32 | layout.state_or, layout)
+    }
+}
+
+/// The AVX-512 queries; see [`QueryPath::Avx512`].
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES};
+    use std::arch::x86_64::*;
+
+    /// Lane `i` of the first result: chain value `i` of `state`, the bit
+    /// position `b` in the line; of the second: the line's word `b / 32`
+    /// rotated right by `b % 32`, so that the probed bit is bit 0.
     ///
     /// # Safety
     ///
-    /// The CPU must support AVX-512F, AVX-512CD, POPCNT and BMI2.
-    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
-    pub(super) unsafe fn may_contain(layout: &BloomLayout, bytes: &[u8], key_hash: u64) -> bool {
-        let block = match line_for(layout, bytes, key_hash) {
-            Ok(block) => block,
-            Err(answer) => return answer,
+    /// `line` must point to 64 readable bytes; the CPU must support
+    /// AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn chain_lanes(line: *const u8, state: u32) -> (__m512i, __m512i) {
+        // SAFETY: `line` is 64 readable bytes (caller) and `CHAIN_POWERS`
+        // holds at least 16 u32: one unaligned 64-byte load each.
+        let (words, powers) = unsafe {
+            (
+                _mm512_loadu_si512(line.cast::<__m512i>()),
+                _mm512_loadu_si512(CHAIN_POWERS.as_ptr().cast::<__m512i>()),
+            )
         };
-        let state = (key_hash >> 32) as u32 | layout.state_or;
-        if layout.probes > 16 {
-            return line_has_probes(block, state, layout);
-        }
-        let Some(powers) = CHAIN_POWERS.get(..16) else {
-            return line_has_probes(block, state, layout); // unreachable: 64 powers
-        };
-        // SAFETY: `block` is 64 readable bytes and `powers` 16 u32: one
-        // unaligned 64-byte load each.
-        let line = _mm512_loadu_si512(block.as_ptr().cast::<__m512i>());
-        let powers = _mm512_loadu_si512(powers.as_ptr().cast::<__m512i>());
-        // Lane i: x = state * M^i, whose top 9 bits are chain value i, the
-        // bit position b in the line.
+        // x = state * M^i: its top 9 bits are chain value i, its top 4 the
+        // word (the permute reads the index's low four bits); the rotate
+        // takes its count modulo 32.
         let x = _mm512_mullo_epi32(_mm512_set1_epi32(state as i32), powers);
         let bit = _mm512_srli_epi32(x, 23);
-        let probe_lanes = if layout.scheme == ProbeScheme::Distinct {
-            // Lane i of the conflict vector has bit j set when an earlier
-            // lane j holds the same value: zero marks a first occurrence.
-            let conflicts = _mm512_conflict_epi32(bit);
-            let first_seen = u32::from(_mm512_testn_epi32_mask(conflicts, conflicts));
-            if first_seen.count_ones() < layout.probes {
-                return line_has_probes(block, state, layout);
-            }
-            _pdep_u32(layout.probe_lanes, first_seen) as u16
-        } else {
-            layout.probe_lanes as u16
-        };
-        // Word b / 32 of the 16-word line (the permute reads the index's low
-        // four bits), rotated right by b % 32 (the count is taken modulo 32)
-        // so the probe's bit lands at bit 0; a probe lane whose bit 0 is
-        // clear is a miss.
-        let words = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), line);
-        let rotated = _mm512_rorv_epi32(words, bit);
-        _mm512_mask_testn_epi32_mask(probe_lanes, rotated, _mm512_set1_epi32(1)) == 0
+        let word = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), words);
+        (bit, _mm512_rorv_epi32(word, bit))
+    }
+
+    /// Lanes of `lanes` whose rotated word has bit 0 clear: probes that
+    /// miss.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn misses(lanes: u16, rotated: __m512i) -> u16 {
+        _mm512_mask_testn_epi32_mask(lanes, rotated, _mm512_set1_epi32(1))
+    }
+
+    /// Same answer as `BloomLayout::may_contain_portable` for distinct
+    /// probes ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)), at most 16.
+    ///
+    /// The probes are the first `probes` distinct chain values, so every
+    /// one of the first `probes` chain values is a probe, repeated or not: a
+    /// clear bit among them answers "absent" before anything looks for
+    /// repeats. That is nearly every absent key, in about a dozen
+    /// instructions. A key whose first `probes` bits are all set is present
+    /// if those values are distinct (no conflict among the lanes, ~97% at
+    /// 6 probes); otherwise [`with_repeats`] finds its real probes.
+    ///
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1, `probes` at most 16, and the CPU must
+    /// support AVX-512F, AVX-512CD, POPCNT and BMI2.
+    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
+    pub(super) unsafe fn may_contain_distinct<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+        let layout = filter.layout();
+        let state = (key_hash >> 32) as u32 | 1;
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+        // SAFETY: `line` is one of the lines, 64 readable bytes.
+        let (bit, rotated) = unsafe { chain_lanes(line, state) };
+        let lanes = layout.probe_lanes as u16;
+        if misses(lanes, rotated) != 0 {
+            return false;
+        }
+        // Lane i of the conflict vector has bit j set when an earlier lane
+        // j holds the same value.
+        let conflicts = _mm512_conflict_epi32(bit);
+        if _mm512_mask_test_epi32_mask(lanes, conflicts, conflicts) == 0 {
+            return true;
+        }
+        // SAFETY: as above; same CPU features.
+        unsafe { with_repeats(layout, line, state) }
+    }
+
+    /// The answer for a key whose first `probes` chain values repeat and
+    /// all hit: its probes are the first `probes` lanes that are first
+    /// occurrences (`pdep` of the low `probes` bits into their mask), or,
+    /// when sixteen values hold fewer distinct ones (no odd state does below
+    /// 11 probes), the scalar code's. Out of line: about 3% of present keys
+    /// at 6 probes come here.
+    ///
+    /// # Safety
+    ///
+    /// `line` must point to 64 readable bytes, `probes` be at most 16, and
+    /// the CPU must support AVX-512F, AVX-512CD, POPCNT and BMI2.
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
+    unsafe fn with_repeats(layout: &BloomLayout, line: *const u8, state: u32) -> bool {
+        // SAFETY: `line` is 64 readable bytes (caller).
+        let (bit, rotated) = unsafe { chain_lanes(line, state) };
+        let conflicts = _mm512_conflict_epi32(bit);
+        let first_seen = u32::from(_mm512_testn_epi32_mask(conflicts, conflicts));
+        if first_seen.count_ones() < layout.probes {
+            // SAFETY: 64 readable bytes; `[u8; 64]` has alignment 1.
+            let block = unsafe { &*line.cast::<[u8; LINE_BYTES]>() };
+            return line_has_probes(block, state, layout);
+        }
+        misses(_pdep_u32(layout.probe_lanes, first_seen) as u16, rotated) == 0
+    }
+
+    /// Same answer as `BloomLayout::may_contain_portable` for probes drawn
+    /// with replacement ([`FORMAT_BLOOM_V1`](super::FORMAT_BLOOM_V1)), at
+    /// most 16: the first `probes` chain values are the probes.
+    ///
+    /// # Safety
+    ///
+    /// As for [`may_contain_distinct`].
+    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
+    pub(super) unsafe fn may_contain_with_replacement<F: BloomLines>(
+        filter: &F,
+        key_hash: u64,
+    ) -> bool {
+        let layout = filter.layout();
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+        // SAFETY: `line` is one of the lines, 64 readable bytes.
+        let (_, rotated) = unsafe { chain_lanes(line, (key_hash >> 32) as u32) };
+        misses(layout.probe_lanes as u16, rotated) == 0
     }
 }
 
@@ -722,49 +973,53 @@ mod avx512 {
 /// module has `unsafe`: `#[target_feature]` functions and the vector loads
 /// need it.
 ///
-/// The whole query (line choice, bounds check, probes) is one function:
-/// a `#[target_feature]` function cannot be inlined into a caller without the
+/// The whole query (line choice, probes) is one function: a
+/// `#[target_feature]` function cannot be inlined into a caller without the
 /// feature, so every call boundary on this path is a real call, and at a
 /// few nanoseconds per query the instructions around the probes matter as
 /// much as the probes (the CPU overlaps the cache misses of independent
 /// queries; what limits it is how many instructions each one issues).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{line_for, line_has_probes, BloomLayout, ProbeScheme, PROBE_POWERS_0_8};
+    use super::{line_has_probes, line_ptr, BloomLines, LINE_BYTES, PROBE_POWERS_0_8};
     use std::arch::x86_64::*;
 
-    /// Same answer as `BloomLayout::may_contain_portable`.
+    /// Same answer as `BloomLayout::may_contain_portable`, for at most 8
+    /// probes: distinct ones (`DISTINCT`) or the first format's.
+    ///
+    /// As in the AVX-512 query, a clear bit among the first `probes` chain
+    /// values answers "absent" whatever the scheme; only a key whose bits
+    /// are all set checks for repeats (distinct probes), and the ~3% with a
+    /// repeat take the scalar code.
     ///
     /// # Safety
     ///
-    /// The CPU must support AVX2.
+    /// `num_lines` must be at least 1, `probes` at most 8, and the CPU must
+    /// support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn may_contain(layout: &BloomLayout, bytes: &[u8], key_hash: u64) -> bool {
-        let block = match line_for(layout, bytes, key_hash) {
-            Ok(block) => block,
-            Err(answer) => return answer,
-        };
-        let state = (key_hash >> 32) as u32 | layout.state_or;
-        if layout.probes > 8 {
-            return line_has_probes(block, state, layout);
-        }
+    pub(super) unsafe fn may_contain<F: BloomLines, const DISTINCT: bool>(
+        filter: &F,
+        key_hash: u64,
+    ) -> bool {
+        let layout = filter.layout();
+        let state = (key_hash >> 32) as u32 | u32::from(DISTINCT);
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
         // The line as 16 little-endian 32-bit words: 0..8 in `lo`, 8..16 in
         // `hi`. Bit b of the line is bit b % 32 of word b / 32.
-        // SAFETY: `block` is 64 readable bytes; both loads are unaligned
-        // loads of 32 bytes inside it. `first_lane_ones`,
-        // `repeat_sentinels` and `PROBE_POWERS_0_8` are 8 u32 each.
-        let lo = _mm256_loadu_si256(block.as_ptr().cast::<__m256i>());
-        let hi = _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>());
-        let ones = _mm256_loadu_si256(layout.first_lane_ones.as_ptr().cast::<__m256i>());
-        let powers = _mm256_loadu_si256(PROBE_POWERS_0_8.as_ptr().cast::<__m256i>());
+        // SAFETY: `line` is 64 readable bytes; both loads are unaligned
+        // loads of 32 bytes inside it. `first_lane_ones` and
+        // `PROBE_POWERS_0_8` are 8 u32 each.
+        let (lo, hi, ones, powers) = unsafe {
+            (
+                _mm256_loadu_si256(line.cast::<__m256i>()),
+                _mm256_loadu_si256(line.add(32).cast::<__m256i>()),
+                _mm256_loadu_si256(layout.first_lane_ones.as_ptr().cast::<__m256i>()),
+                _mm256_loadu_si256(PROBE_POWERS_0_8.as_ptr().cast::<__m256i>()),
+            )
+        };
         // x's top 9 bits are the probe's bit position b in the line.
         let x = _mm256_mullo_epi32(_mm256_set1_epi32(state as i32), powers);
-        if layout.scheme == ProbeScheme::Distinct {
-            let sentinels = _mm256_loadu_si256(layout.repeat_sentinels.as_ptr().cast::<__m256i>());
-            if has_repeat(_mm256_or_si256(_mm256_srli_epi32(x, 23), sentinels)) {
-                return line_has_probes(block, state, layout);
-            }
-        }
         // Word b / 32 is x >> 28; the permute reads only its low three bits
         // (the word within a half) and x's sign bit (b >= 256) picks the
         // half.
@@ -780,19 +1035,28 @@ mod avx2 {
         let bit_in_word = _mm256_srli_epi32(_mm256_slli_epi32(x, 4), 27);
         let wanted = _mm256_sllv_epi32(ones, bit_in_word);
         let missing = _mm256_andnot_si256(words, wanted);
-        _mm256_testz_si256(missing, missing) == 1
+        if _mm256_testz_si256(missing, missing) == 0 {
+            return false;
+        }
+        if DISTINCT {
+            // SAFETY: `repeat_sentinels` is 8 u32.
+            let sentinels =
+                unsafe { _mm256_loadu_si256(layout.repeat_sentinels.as_ptr().cast::<__m256i>()) };
+            if has_repeat(_mm256_or_si256(_mm256_srli_epi32(x, 23), sentinels)) {
+                // SAFETY: 64 readable bytes; `[u8; 64]` has alignment 1.
+                let block = unsafe { &*line.cast::<[u8; LINE_BYTES]>() };
+                return line_has_probes(block, state, layout);
+            }
+        }
+        true
     }
 
     /// Whether two of the eight lanes hold the same value: each lane is
     /// compared with the lanes 1, 2, 3 and 4 places further round, which
     /// covers every pair once or twice.
-    ///
-    /// # Safety
-    ///
-    /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn has_repeat(v: __m256i) -> bool {
+    fn has_repeat(v: __m256i) -> bool {
         // The permute reads each index modulo 8.
         let r1 = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8));
         let r2 = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(2, 3, 4, 5, 6, 7, 8, 9));
@@ -1243,7 +1507,7 @@ mod tests {
             let layout = BloomLayout::parse(&bytes).unwrap();
             assert_eq!(layout.probes(), probes);
             for path in QueryPath::available() {
-                let on_path = BloomLayout { path, ..layout };
+                let on_path = layout.with_path(path);
                 assert_eq!(
                     layout.may_contain_portable(&bytes, 7),
                     on_path.may_contain(&bytes, 7)
@@ -1273,10 +1537,7 @@ mod tests {
             let empty = build_lines(&[], 0, probes);
             let empty_layout = BloomLayout::parse(&empty).unwrap();
             for path in QueryPath::available() {
-                let on_path = BloomLayout {
-                    path,
-                    ..empty_layout
-                };
+                let on_path = empty_layout.with_path(path);
                 assert!(!on_path.may_contain(&empty, 12345), "{path:?}");
             }
         }

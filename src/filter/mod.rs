@@ -140,7 +140,8 @@ pub enum Unfiltered {
 
 #[derive(Clone)]
 enum Kind {
-    Bloom(bloom::BloomLayout),
+    /// A blocked Bloom filter; its layout is [`Filter::bloom`].
+    Bloom,
     Ribbon(ribbon::RibbonLayout),
     Custom(Arc<dyn FilterPolicy>),
     All(Unfiltered),
@@ -153,6 +154,49 @@ enum Kind {
 pub struct Filter {
     bytes: LineAligned,
     kind: Kind,
+    /// The layout of a blocked Bloom filter ([`Kind::Bloom`]), parsed from
+    /// `bytes`; for other kinds, that of an empty filter, never read.
+    bloom: bloom::BloomLayout,
+    /// What [`may_contain`](Self::may_contain) calls, chosen at decode for
+    /// the kind (and, for a Bloom filter, by the layout for its scheme,
+    /// probe count and the CPU): a point read's filter check is then one
+    /// indirect call, with no branch on the kind first. Measured against a
+    /// `match` on the kind followed by the layout's own dispatch:
+    /// docs/filters.md.
+    query: bloom::QueryFn<Filter>,
+}
+
+// SAFETY: `bloom` is either the layout `BloomLayout::parse` accepted for
+// exactly these bytes (`num_lines` lines and then a trailer, so `num_lines *
+// 64 <= len`) or an empty layout (no lines); `bytes` is owned by the filter,
+// never modified, and `as_ptr` points to its first byte.
+unsafe impl bloom::BloomLines for Filter {
+    #[inline(always)]
+    fn layout(&self) -> &bloom::BloomLayout {
+        &self.bloom
+    }
+    #[inline(always)]
+    fn lines(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+}
+
+/// The query of a filter that filters nothing.
+///
+/// # Safety
+///
+/// None needed (`unsafe` only to have the type of every query function).
+unsafe fn query_all(_: &Filter, _: u64) -> bool {
+    true
+}
+
+/// The query of a Ribbon or custom filter.
+///
+/// # Safety
+///
+/// None needed (`unsafe` only to have the type of every query function).
+unsafe fn query_other(filter: &Filter, key_hash: u64) -> bool {
+    filter.may_contain_slow_path(key_hash)
 }
 
 /// Filter bytes that start on a 64-byte (cache-line) boundary.
@@ -185,12 +229,19 @@ impl LineAligned {
         }
     }
 
-    /// The filter bytes.
+    /// The first filter byte, on a 64-byte boundary; `len` bytes follow.
     ///
-    /// This is on every point read's path, and the safe alternatives (a
-    /// byte buffer plus an aligned offset into it, sliced on every query)
-    /// cost the Bloom query ~10 instructions of range checks, measurable at
-    /// 2-3 ns per query (docs/filters.md); hence the one `unsafe` cast.
+    /// The Bloom query reads its line through this pointer: it is on every
+    /// point read's path, and the safe alternatives (slicing the bytes on
+    /// every query, or a byte buffer plus an aligned offset into it) cost
+    /// it bounds checks worth about a tenth of its instructions
+    /// (docs/filters.md).
+    #[inline]
+    fn as_ptr(&self) -> *const u8 {
+        self.lines.as_ptr().cast::<u8>()
+    }
+
+    /// The filter bytes as a slice.
     #[inline]
     fn as_slice(&self) -> &[u8] {
         let len = self.len.min(self.lines.len() * 64);
@@ -205,7 +256,7 @@ impl LineAligned {
 impl fmt::Debug for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
-            Kind::Bloom(_) => "bloom",
+            Kind::Bloom => "bloom",
             Kind::Ribbon(_) => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
@@ -223,7 +274,30 @@ impl Filter {
     pub fn decode(bytes: impl AsRef<[u8]>) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
         let kind = Self::decode_builtin(bytes.as_slice());
-        Filter { bytes, kind }
+        Filter::new(bytes, kind)
+    }
+
+    /// The filter of `kind` over `bytes`, with its query function.
+    fn new(bytes: LineAligned, kind: Kind) -> Filter {
+        let (bloom, query) = match &kind {
+            Kind::Bloom => match bloom::BloomLayout::parse(bytes.as_slice()) {
+                Some(layout) => (layout, layout.query_fn::<Filter>()),
+                // Unreachable: `Kind::Bloom` comes from a successful parse of
+                // these bytes. Filtering nothing is still correct.
+                None => (
+                    bloom::BloomLayout::empty(),
+                    query_all as bloom::QueryFn<Filter>,
+                ),
+            },
+            Kind::All(_) => (bloom::BloomLayout::empty(), query_all as _),
+            Kind::Ribbon(_) | Kind::Custom(_) => (bloom::BloomLayout::empty(), query_other as _),
+        };
+        Filter {
+            bytes,
+            kind,
+            bloom,
+            query,
+        }
     }
 
     /// Decodes the filter of a table whose properties record `policy_name`.
@@ -245,14 +319,14 @@ impl Filter {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
             Kind::All(Unfiltered::Undecodable)
         };
-        Filter { bytes, kind }
+        Filter::new(bytes, kind)
     }
 
     fn decode_builtin(bytes: &[u8]) -> Kind {
         let decoded = match bytes.last() {
             None => return Kind::All(Unfiltered::NoFilter),
             Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
-                bloom::BloomLayout::parse(bytes).map(Kind::Bloom)
+                bloom::BloomLayout::parse(bytes).map(|_| Kind::Bloom)
             }
             Some(&FORMAT_RIBBON) => ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon),
             Some(_) => None,
@@ -264,29 +338,22 @@ impl Filter {
     }
 
     /// False only if `key_hash` was certainly not among the built hashes.
-    ///
-    /// The Bloom arm is the only one inlined here: a Bloom query is a few
-    /// nanoseconds, and with the Ribbon query inlined beside it this
-    /// function saved and restored six registers and reserved a stack frame
-    /// on every call, which cost the Bloom query about as much as its probes
-    /// (measured with `perf annotate` on `cargo bench --bench filters`).
     #[inline]
     pub fn may_contain(&self, key_hash: u64) -> bool {
-        match &self.kind {
-            Kind::Bloom(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
-            Kind::All(_) => true,
-            _ => self.may_contain_slow_path(key_hash),
-        }
+        // SAFETY: `query` is the function `Filter::new` chose for this
+        // filter: for a Bloom filter, the one its layout's `query_fn` returned
+        // for `Filter` (whose `BloomLines` contract holds, see the impl).
+        unsafe { (self.query)(self, key_hash) }
     }
 
-    /// The Ribbon and custom arms of [`may_contain`](Self::may_contain),
-    /// kept out of line.
+    /// The Ribbon and custom filters' query, out of line so that a Bloom
+    /// query does not pay for the registers the Ribbon query needs.
     #[inline(never)]
     fn may_contain_slow_path(&self, key_hash: u64) -> bool {
         match &self.kind {
             Kind::Ribbon(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Custom(policy) => policy.may_contain(self.bytes.as_slice(), key_hash),
-            Kind::Bloom(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
+            Kind::Bloom => self.bloom.may_contain(self.bytes.as_slice(), key_hash),
             Kind::All(_) => true,
         }
     }
@@ -297,10 +364,14 @@ impl Filter {
     #[doc(hidden)]
     pub fn with_bloom_path(self, name: &str) -> Option<Filter> {
         match self.kind {
-            Kind::Bloom(layout) => Some(Filter {
-                kind: Kind::Bloom(layout.on_path(name)?),
-                bytes: self.bytes,
-            }),
+            Kind::Bloom => {
+                let bloom = self.bloom.on_path(name)?;
+                Some(Filter {
+                    query: bloom.query_fn::<Filter>(),
+                    bloom,
+                    ..self
+                })
+            }
             _ => None,
         }
     }
@@ -322,7 +393,7 @@ impl Filter {
     /// `"undecodable"` or the custom policy's name.
     pub fn format_name(&self) -> &str {
         match &self.kind {
-            Kind::Bloom(_) => "bloom",
+            Kind::Bloom => "bloom",
             Kind::Ribbon(_) => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
