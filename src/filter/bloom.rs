@@ -466,6 +466,15 @@ enum ProbeScheme {
 /// length visibly bounded.
 const CHAIN_LIMIT: usize = 64;
 
+/// The fewest distinct values among the first sixteen chain values of any
+/// odd state: found by scanning all 2^31 of them
+/// (`every_state_has_enough_distinct_values_among_sixteen`, about 10 s).
+/// Filters with at most this many probes always find their probes among
+/// sixteen chain values, so the AVX-512 query skips counting them. (Were it
+/// ever wrong, the query would test a subset of a key's probes: a false
+/// positive, never a false negative.)
+const MIN_DISTINCT_IN_16: u32 = 10;
+
 /// Calls `visit(bit)` for each probe bit of a key in a [`FORMAT_BLOOM`]
 /// filter (a bit may be visited twice; visiting is idempotent for setting
 /// and testing bits).
@@ -715,6 +724,11 @@ enum Query {
     /// `avx512::may_contain_distinct`: distinct probes, at most 16.
     #[cfg(target_arch = "x86_64")]
     Avx512Distinct,
+    /// `avx512::may_contain_distinct` without the check that sixteen chain
+    /// values hold `probes` distinct ones: at most [`MIN_DISTINCT_IN_16`]
+    /// probes, which every state's sixteen values hold.
+    #[cfg(target_arch = "x86_64")]
+    Avx512DistinctFew,
     /// `avx512::may_contain_with_replacement`: the first format, at most 16
     /// probes.
     #[cfg(target_arch = "x86_64")]
@@ -769,7 +783,9 @@ impl Query {
             #[cfg(target_arch = "x86_64")]
             Query::Avx2WithReplacement => avx2::may_contain::<F, false>,
             #[cfg(target_arch = "x86_64")]
-            Query::Avx512Distinct => avx512::may_contain_distinct::<F>,
+            Query::Avx512Distinct => avx512::may_contain_distinct::<F, true>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512DistinctFew => avx512::may_contain_distinct::<F, false>,
             #[cfg(target_arch = "x86_64")]
             Query::Avx512WithReplacement => avx512::may_contain_with_replacement::<F>,
         }
@@ -783,6 +799,10 @@ impl Query {
         }
         let distinct = scheme == ProbeScheme::Distinct;
         match path {
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= MIN_DISTINCT_IN_16 && distinct => {
+                Query::Avx512DistinctFew
+            }
             #[cfg(target_arch = "x86_64")]
             QueryPath::Avx512 if probes <= 16 && distinct => Query::Avx512Distinct,
             #[cfg(target_arch = "x86_64")]
@@ -845,9 +865,9 @@ mod avx512 {
     use super::{line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES};
     use std::arch::x86_64::*;
 
-    /// Lane `i` of the first result: chain value `i` of `state`, the bit
-    /// position `b` in the line; of the second: the line's word `b / 32`
-    /// rotated right by `b % 32`, so that the probed bit is bit 0.
+    /// The first sixteen chain values of `state` and which of them miss:
+    /// lane `i` of the vector is chain value `i`, a bit position `b` in the
+    /// line, and bit `i` of the mask is set when the line's bit `b` is clear.
     ///
     /// # Safety
     ///
@@ -855,7 +875,7 @@ mod avx512 {
     /// AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn chain_lanes(line: *const u8, state: u32) -> (__m512i, __m512i) {
+    unsafe fn chain_misses(line: *const u8, state: u32) -> (__m512i, u16) {
         // SAFETY: `line` is 64 readable bytes (caller) and `CHAIN_POWERS`
         // holds at least 16 u32: one unaligned 64-byte load each.
         let (words, powers) = unsafe {
@@ -864,21 +884,16 @@ mod avx512 {
                 _mm512_loadu_si512(CHAIN_POWERS.as_ptr().cast::<__m512i>()),
             )
         };
-        // x = state * M^i: its top 9 bits are chain value i, its top 4 the
-        // word (the permute reads the index's low four bits); the rotate
-        // takes its count modulo 32.
+        // x = state * M^i: its top 9 bits are chain value b, its top 4 the
+        // word b / 32 (the permute reads the index's low four bits).
         let x = _mm512_mullo_epi32(_mm512_set1_epi32(state as i32), powers);
         let bit = _mm512_srli_epi32(x, 23);
+        // Bit b % 32 alone (the rotate takes its count modulo 32): computed
+        // from the hash while the line is still on its way, so only the
+        // permute and one test wait for the load.
+        let probe = _mm512_rolv_epi32(_mm512_set1_epi32(1), bit);
         let word = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), words);
-        (bit, _mm512_rorv_epi32(word, bit))
-    }
-
-    /// Lanes of `lanes` whose rotated word has bit 0 clear: probes that
-    /// miss.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn misses(lanes: u16, rotated: __m512i) -> u16 {
-        _mm512_mask_testn_epi32_mask(lanes, rotated, _mm512_set1_epi32(1))
+        (bit, _mm512_testn_epi32_mask(word, probe))
     }
 
     /// Same answer as `BloomLayout::may_contain_portable` for distinct
@@ -903,25 +918,28 @@ mod avx512 {
     /// `num_lines` must be at least 1, `probes` at most 16, and the CPU must
     /// support AVX-512F, AVX-512CD, POPCNT and BMI2.
     #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
-    pub(super) unsafe fn may_contain_distinct<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+    pub(super) unsafe fn may_contain_distinct<F: BloomLines, const COUNT_CHECK: bool>(
+        filter: &F,
+        key_hash: u64,
+    ) -> bool {
         let layout = filter.layout();
         let state = (key_hash >> 32) as u32 | 1;
         // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
         let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
         // SAFETY: `line` is one of the lines, 64 readable bytes.
-        let (bit, rotated) = unsafe { chain_lanes(line, state) };
-        if misses(layout.probe_lanes as u16, rotated) != 0 {
+        let (bit, missed) = unsafe { chain_misses(line, state) };
+        if u32::from(missed) & layout.probe_lanes != 0 {
             return false;
         }
         // Lane i of the conflict vector has bit j set when an earlier lane
         // j holds the same value: zero marks a first occurrence.
         let conflicts = _mm512_conflict_epi32(bit);
         let first_seen = u32::from(_mm512_testn_epi32_mask(conflicts, conflicts));
-        if first_seen.count_ones() < layout.probes {
+        if COUNT_CHECK && first_seen.count_ones() < layout.probes {
             // SAFETY: `line` is 64 readable bytes.
             return unsafe { scalar_line(layout, line, state) };
         }
-        misses(_pdep_u32(layout.probe_lanes, first_seen) as u16, rotated) == 0
+        _pdep_u32(layout.probe_lanes, first_seen) & u32::from(missed) == 0
     }
 
     /// The scalar answer for `line`: keys whose probes are not among their
@@ -954,8 +972,8 @@ mod avx512 {
         // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
         let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
         // SAFETY: `line` is one of the lines, 64 readable bytes.
-        let (_, rotated) = unsafe { chain_lanes(line, (key_hash >> 32) as u32) };
-        misses(layout.probe_lanes as u16, rotated) == 0
+        let (_, missed) = unsafe { chain_misses(line, (key_hash >> 32) as u32) };
+        missed & layout.probe_lanes as u16 == 0
     }
 }
 
@@ -1535,6 +1553,40 @@ mod tests {
                 assert!(!on_path.may_contain(&empty, 12345), "{path:?}");
             }
         }
+    }
+
+    /// Checks [`MIN_DISTINCT_IN_16`] over every odd state, on all cores.
+    #[test]
+    fn every_state_has_enough_distinct_values_among_sixteen() {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+        let chunk = (1u64 << 31).div_ceil(threads);
+        let fewest = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    scope.spawn(move || {
+                        let mut fewest = u32::MAX;
+                        let end = ((t + 1) * chunk).min(1 << 31);
+                        for half in t * chunk..end {
+                            let state = (half as u32) << 1 | 1;
+                            let mut seen = [0u64; 8];
+                            for &power in &CHAIN_POWERS[..16] {
+                                let bit = state.wrapping_mul(power) >> 23;
+                                seen[(bit >> 6) as usize] |= 1 << (bit & 63);
+                            }
+                            let distinct = seen.iter().map(|w| w.count_ones()).sum::<u32>();
+                            fewest = fewest.min(distinct);
+                        }
+                        fewest
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .min()
+                .unwrap()
+        });
+        assert!(fewest >= MIN_DISTINCT_IN_16, "{fewest}");
     }
 
     #[test]
