@@ -36,18 +36,26 @@
 //!   probes) test only 5 distinct bits, which raises the false-positive rate
 //!   from 0.955% to 0.966% at 10 bits/key.
 //!
-//! Queries test every probe and AND the results (no early exit). With
-//! AVX-512 (F, CD, with POPCNT and BMI2) or AVX2, detected at run time once
-//! per decoded filter, the chain values are computed and tested in vector
-//! lanes, one step: the AVX-512 path takes 16 chain values, finds repeats
-//! with the conflict instruction and picks the first `probes` distinct lanes
-//! with `pdep`, without a branch (it falls back to the scalar code above 16
-//! probes, over 32 bits/key, or when 16 values hold fewer than `probes`
-//! distinct ones, which no odd state does below 11 probes); the AVX2 path
-//! takes 8, compares the lanes with rotated copies of themselves and falls
-//! back to the scalar code for the ~3% of keys with a repeat and for more
-//! than 8 probes (over 14 bits/key). Every path gives the same answers
-//! (unit-tested against a byte-level reference for every probe count).
+//! The portable query tests every probe and ANDs the results (no early
+//! exit). With AVX-512 (F, CD, VL, with POPCNT and BMI2) or AVX2, detected
+//! at run time once per decoded filter, the chain values are computed and
+//! tested in vector lanes, one step. Both vector paths first test the first
+//! `probes` chain values, which are all probes whatever the repeats, and
+//! answer "absent" at the first clear bit among them (nearly every absent
+//! key). Only a key whose bits are all set looks for repeats: the AVX-512
+//! path takes 16 chain values, finds repeats with the conflict instruction
+//! and picks the first `probes` distinct lanes with `pdep`, without a branch
+//! (it falls back to the scalar code above 16 probes, over 32 bits/key, or
+//! when 16 values hold fewer than `probes` distinct ones, which no odd state
+//! does below 11 probes); the AVX2 path takes 8, compares the lanes with
+//! rotated copies of themselves and falls back to the scalar code for the
+//! ~3% of keys with a repeat and for more than 8 probes (over 14 bits/key).
+//! Every path gives the same answers (unit-tested against a byte-level
+//! reference for every probe count).
+//!
+//! A decoded [`Filter`](super::Filter) calls the query through one function
+//! pointer chosen at decode for its scheme, probe count and CPU, and reads
+//! its line without a bounds check (the decode checked the size once).
 //!
 //! # Probe count
 //!
@@ -608,10 +616,9 @@ enum QueryPath {
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// Up to 16 probes in one 512-bit step (more take the scalar code): one
-    /// permute
-    /// fetches each probe's word from all 16 words of the line, a variable
-    /// rotate needs no mask for the bit number, and for distinct probes the
-    /// conflict instruction finds repeats without a branch.
+    /// permute fetches each probe's word from all 16 words of the line, a
+    /// variable rotate needs no mask for the bit number, and for distinct
+    /// probes the conflict instruction finds repeats without a branch.
     #[cfg(target_arch = "x86_64")]
     Avx512,
 }
@@ -627,6 +634,7 @@ impl QueryPath {
                 && std::arch::is_x86_feature_detected!("fma")
                 && std::arch::is_x86_feature_detected!("f16c")
                 && std::arch::is_x86_feature_detected!("avx512cd")
+                && std::arch::is_x86_feature_detected!("avx512vl")
                 && std::arch::is_x86_feature_detected!("popcnt")
                 && std::arch::is_x86_feature_detected!("bmi2")
             {
@@ -721,14 +729,18 @@ enum Query {
     /// `avx2::may_contain::<false>`: the first format, at most 8 probes.
     #[cfg(target_arch = "x86_64")]
     Avx2WithReplacement,
-    /// `avx512::may_contain_distinct`: distinct probes, at most 16.
+    /// `avx512::may_contain_distinct`, narrow: distinct probes, at most 8.
     #[cfg(target_arch = "x86_64")]
-    Avx512Distinct,
-    /// `avx512::may_contain_distinct` without the check that sixteen chain
-    /// values hold `probes` distinct ones: at most [`MIN_DISTINCT_IN_16`]
-    /// probes, which every state's sixteen values hold.
+    Avx512Distinct8,
+    /// `avx512::may_contain_distinct`, no count check: distinct probes, at
+    /// most [`MIN_DISTINCT_IN_16`], which every state's sixteen chain values
+    /// hold.
     #[cfg(target_arch = "x86_64")]
-    Avx512DistinctFew,
+    Avx512Distinct10,
+    /// `avx512::may_contain_distinct` with the count check: distinct probes,
+    /// at most 16.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Distinct16,
     /// `avx512::may_contain_with_replacement`: the first format, at most 16
     /// probes.
     #[cfg(target_arch = "x86_64")]
@@ -783,9 +795,11 @@ impl Query {
             #[cfg(target_arch = "x86_64")]
             Query::Avx2WithReplacement => avx2::may_contain::<F, false>,
             #[cfg(target_arch = "x86_64")]
-            Query::Avx512Distinct => avx512::may_contain_distinct::<F, true>,
+            Query::Avx512Distinct8 => avx512::may_contain_distinct::<F, true, false>,
             #[cfg(target_arch = "x86_64")]
-            Query::Avx512DistinctFew => avx512::may_contain_distinct::<F, false>,
+            Query::Avx512Distinct10 => avx512::may_contain_distinct::<F, false, false>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512Distinct16 => avx512::may_contain_distinct::<F, false, true>,
             #[cfg(target_arch = "x86_64")]
             Query::Avx512WithReplacement => avx512::may_contain_with_replacement::<F>,
         }
@@ -800,11 +814,13 @@ impl Query {
         let distinct = scheme == ProbeScheme::Distinct;
         match path {
             #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= 8 && distinct => Query::Avx512Distinct8,
+            #[cfg(target_arch = "x86_64")]
             QueryPath::Avx512 if probes <= MIN_DISTINCT_IN_16 && distinct => {
-                Query::Avx512DistinctFew
+                Query::Avx512Distinct10
             }
             #[cfg(target_arch = "x86_64")]
-            QueryPath::Avx512 if probes <= 16 && distinct => Query::Avx512Distinct,
+            QueryPath::Avx512 if probes <= 16 && distinct => Query::Avx512Distinct16,
             #[cfg(target_arch = "x86_64")]
             QueryPath::Avx512 if probes <= 16 => Query::Avx512WithReplacement,
             #[cfg(target_arch = "x86_64")]
@@ -865,9 +881,10 @@ mod avx512 {
     use super::{line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES};
     use std::arch::x86_64::*;
 
-    /// The first sixteen chain values of `state` and which of them miss:
-    /// lane `i` of the vector is chain value `i`, a bit position `b` in the
-    /// line, and bit `i` of the mask is set when the line's bit `b` is clear.
+    /// The first sixteen chain values of `state` and the line words they
+    /// fall in: lane `i` of the first vector is chain value `i`, a bit
+    /// position `b` in the line, and lane `i` of the second is the line's
+    /// 32-bit word `b / 32`.
     ///
     /// # Safety
     ///
@@ -875,7 +892,7 @@ mod avx512 {
     /// AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn chain_misses(line: *const u8, state: u32) -> (__m512i, u16) {
+    unsafe fn chain_words(line: *const u8, state: u32) -> (__m512i, __m512i) {
         // SAFETY: `line` is 64 readable bytes (caller) and `CHAIN_POWERS`
         // holds at least 16 u32: one unaligned 64-byte load each.
         let (words, powers) = unsafe {
@@ -888,37 +905,57 @@ mod avx512 {
         // word b / 32 (the permute reads the index's low four bits).
         let x = _mm512_mullo_epi32(_mm512_set1_epi32(state as i32), powers);
         let bit = _mm512_srli_epi32(x, 23);
-        // Bit b % 32 alone (the rotate takes its count modulo 32): computed
-        // from the hash while the line is still on its way, so only the
-        // permute and one test wait for the load.
+        (
+            bit,
+            _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), words),
+        )
+    }
+
+    /// Bit `i` set when chain value `i` (lane `i` of `bit`) misses: its bit
+    /// `b % 32` is clear in `word` (the rotate takes its count modulo 32).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn missed(bit: __m512i, word: __m512i) -> u32 {
         let probe = _mm512_rolv_epi32(_mm512_set1_epi32(1), bit);
-        let word = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), words);
-        (bit, _mm512_testn_epi32_mask(word, probe))
+        u32::from(_mm512_testn_epi32_mask(word, probe))
     }
 
     /// Same answer as `BloomLayout::may_contain_portable` for distinct
-    /// probes ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)), at most 16.
+    /// probes ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)): `NARROW` for at most
+    /// 8 probes, otherwise at most 16, and `COUNT_CHECK` unless at most
+    /// [`MIN_DISTINCT_IN_16`](super::MIN_DISTINCT_IN_16).
     ///
     /// The probes are the first `probes` distinct chain values, so every
     /// one of the first `probes` chain values is a probe, repeated or not: a
     /// clear bit among them answers "absent" before anything looks for
-    /// repeats. That is nearly every absent key, in about a dozen
-    /// instructions. For a key whose first `probes` bits are all set, the
-    /// conflict instruction marks every lane that repeats an earlier one,
-    /// and the probes are the first `probes` lanes that do not (`pdep` of
-    /// the low `probes` bits into the mask of first occurrences), tested
-    /// without a branch on whether the key has a repeat (about 3% do at 6
-    /// probes: a branch there measured 1.2x-1.5x slower present-key queries
-    /// from its mispredictions). Only when sixteen values hold fewer than
-    /// `probes` distinct ones (no odd state does below 11 probes) does it
-    /// fall back to the scalar code.
+    /// repeats. That is nearly every absent key. With `NARROW` that test is
+    /// one `vptest` of the first eight lanes against the probe bits of the
+    /// first `probes` (computed from the hash while the line is loading),
+    /// which sets the flag the branch reads: only the permute and the test
+    /// wait for the line (measured 1.07x against 1.23x sbbf-rs-safe's time
+    /// with a mask test, docs/filters.md).
+    ///
+    /// For a key whose first `probes` bits are all set, the conflict
+    /// instruction marks every lane that repeats an earlier one, and the
+    /// probes are the first `probes` lanes that do not (`pdep` of the low
+    /// `probes` bits into the mask of first occurrences), tested without a
+    /// branch on whether the key has a repeat (about 3% do at 6 probes: a
+    /// branch there measured 1.2x-1.5x slower present-key queries from its
+    /// mispredictions). With `COUNT_CHECK`, when sixteen values hold fewer
+    /// than `probes` distinct ones, the scalar code answers.
     ///
     /// # Safety
     ///
-    /// `num_lines` must be at least 1, `probes` at most 16, and the CPU must
-    /// support AVX-512F, AVX-512CD, POPCNT and BMI2.
-    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
-    pub(super) unsafe fn may_contain_distinct<F: BloomLines, const COUNT_CHECK: bool>(
+    /// `num_lines` must be at least 1, `probes` at most 8 with `NARROW`, at
+    /// most `MIN_DISTINCT_IN_16` without `COUNT_CHECK` and at most 16
+    /// otherwise, and the CPU must support AVX-512 F, CD and VL, POPCNT and
+    /// BMI2.
+    #[target_feature(enable = "avx512f,avx512cd,avx512vl,popcnt,bmi2")]
+    pub(super) unsafe fn may_contain_distinct<
+        F: BloomLines,
+        const NARROW: bool,
+        const COUNT_CHECK: bool,
+    >(
         filter: &F,
         key_hash: u64,
     ) -> bool {
@@ -927,8 +964,20 @@ mod avx512 {
         // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
         let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
         // SAFETY: `line` is one of the lines, 64 readable bytes.
-        let (bit, missed) = unsafe { chain_misses(line, state) };
-        if u32::from(missed) & layout.probe_lanes != 0 {
+        let (bit, word) = unsafe { chain_words(line, state) };
+        if NARROW {
+            // SAFETY: `first_lane_ones` is 8 u32: one 32-byte load.
+            let ones = unsafe { _mm256_loadu_si256(layout.first_lane_ones.as_ptr().cast()) };
+            // The probe bit of each of the first `probes` lanes, zero in the
+            // others (1 rotated by b, modulo 32).
+            let probe = _mm256_rolv_epi32(ones, _mm512_castsi512_si256(bit));
+            // Carry set when every probe bit is set in its word.
+            if _mm256_testc_si256(_mm512_castsi512_si256(word), probe) == 0 {
+                return false;
+            }
+        }
+        let missed = missed(bit, word);
+        if !NARROW && missed & layout.probe_lanes != 0 {
             return false;
         }
         // Lane i of the conflict vector has bit j set when an earlier lane
@@ -939,7 +988,7 @@ mod avx512 {
             // SAFETY: `line` is 64 readable bytes.
             return unsafe { scalar_line(layout, line, state) };
         }
-        _pdep_u32(layout.probe_lanes, first_seen) & u32::from(missed) == 0
+        _pdep_u32(layout.probe_lanes, first_seen) & missed == 0
     }
 
     /// The scalar answer for `line`: keys whose probes are not among their
@@ -962,8 +1011,9 @@ mod avx512 {
     ///
     /// # Safety
     ///
-    /// As for [`may_contain_distinct`].
-    #[target_feature(enable = "avx512f,avx512cd,popcnt,bmi2")]
+    /// `num_lines` must be at least 1, `probes` at most 16, and the CPU
+    /// must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn may_contain_with_replacement<F: BloomLines>(
         filter: &F,
         key_hash: u64,
@@ -972,8 +1022,8 @@ mod avx512 {
         // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
         let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
         // SAFETY: `line` is one of the lines, 64 readable bytes.
-        let (_, missed) = unsafe { chain_misses(line, (key_hash >> 32) as u32) };
-        missed & layout.probe_lanes as u16 == 0
+        let (bit, word) = unsafe { chain_words(line, (key_hash >> 32) as u32) };
+        missed(bit, word) & layout.probe_lanes == 0
     }
 }
 
