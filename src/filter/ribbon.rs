@@ -697,13 +697,30 @@ impl RibbonLayout {
 
     /// The AVX-512 query for layouts of 2 to 8 upper columns (every start
     /// block has 1 to 8): one chunk.
+    ///
+    /// One length check per call (`bytes` covers the solution, which
+    /// [`parse`](Self::parse) checked holds every read a key can make), then
+    /// no bounds checks; shorter bytes go to the bounds-checked scalar path.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
-        let Some(key) = self.locate(key_hash) else {
-            return true;
-        };
-        avx512::check_narrow(bytes, &key)
+        if bytes.len() < self.table_start {
+            return self.may_contain_short_bytes(bytes, key_hash);
+        }
+        // SAFETY: `bytes` has at least `table_start` readable bytes (just
+        // checked); the CPU has every feature `narrow_unchecked` needs (this
+        // function's target features); this layout came from `parse`, so
+        // its shard table is consistent (see `narrow_unchecked`).
+        unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+    }
+
+    /// The answer for bytes shorter than the solution this layout was
+    /// parsed from: the bounds-checked scalar query, whose reads past the
+    /// end answer "may contain" (the answer every path gave before).
+    #[cold]
+    #[inline(never)]
+    fn may_contain_short_bytes(&self, bytes: &[u8], key_hash: u64) -> bool {
+        self.may_contain_scalar_path(bytes, key_hash)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -847,74 +864,61 @@ fn cpu_has_avx512() -> bool {
 /// checked first.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Located, WORD_BYTES};
+    use super::{
+        fastrange64, row_from_seeded, seeded_with_mask, Located, RibbonLayout, W, WORD_BYTES,
+    };
     use std::arch::x86_64::*;
-
-    /// `vpermq` indices that move the 64-bit words of `[c0, c1, 0, 0]` up by
-    /// 0 or 1 words, filling with word 2 (zero).
-    static SHIFT_WORDS: [[i64; 4]; 2] = [[0, 1, 2, 3], [2, 0, 1, 2]];
 
     /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
     const XOR_AND: i32 = 0x78;
     const XOR3: i32 = 0x96;
 
-    /// Loads an `[i64; 4]` as a vector.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vl")]
-    fn load_i64x4(v: &[i64; 4]) -> __m256i {
-        // SAFETY: `v` is 32 readable bytes; the load is unaligned.
-        unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
-    }
-
-    /// Whether any of the `n` columns (`1..=8`) from column `first` differs
-    /// from the key's result bits `result` (bit 0 = column `first`); `low`
-    /// and `high` are the window halves broadcast to every 128-bit lane.
+    /// Whether any of the `n` columns (`1..=8`) whose start block words
+    /// begin at `at` (and next block words at `at + next`) differs from the
+    /// key's result bits `result` (bit 0 = the first of them); `low` and
+    /// `high` are the window halves broadcast to every 128-bit lane.
     ///
     /// # Safety
     ///
-    /// `next + (first + n) * 16 <= words.len()`, and the CPU must support
-    /// AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a wrong answer
-    /// but reads no more than `n` columns; see the loads.)
+    /// The `n * 16` bytes at `at` and at `at + next` are readable, and the
+    /// CPU must support AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a
+    /// wrong answer but reads no more than `n` columns; see the loads.)
     #[inline]
     #[target_feature(enable = "avx512f,avx512vpopcntdq,bmi2")]
     unsafe fn chunk_differs(
-        words: &[u8],
+        at: *const u8,
         next: usize,
-        first: usize,
         n: usize,
         low: __m512i,
         high: __m512i,
         result: u32,
     ) -> bool {
         debug_assert!((1..=8).contains(&n));
-        debug_assert!(next + (first + n) * WORD_BYTES <= words.len());
-        // Two 64-bit words per column: the first register takes columns
-        // `first..first + 4`, the second the rest.
+        // Two 64-bit words per column: the first register takes the first
+        // four columns, the second the rest.
         // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
         // from 16 up: the masks select `min(i / 2, 8)` columns, `i` = those
         // 8 bits of `2n`, never more than `n` (`n < 8` gives `i = 2n`).
         let lanes = _bzhi_u32(0xffff, (2 * n) as u32);
         let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
-        let at = first * WORD_BYTES;
-        let base = words.as_ptr();
         let load = |offset: usize, mask: u8| {
             // SAFETY: the lanes `mask` selects are the bytes `offset..offset
-            // + 8 * popcount(mask)` (the mask is contiguous from bit 0), at
-            // most `n` columns from `first` (see `lanes`), so all below
-            // `next + (first + n) * 16 <= words.len()` by the caller's
-            // contract; masked-off lanes are not accessed (and do not
-            // fault), and `wrapping_add` makes computing an address past the
-            // slice for an all-zero mask harmless.
-            unsafe { _mm512_maskz_loadu_epi64(mask, base.wrapping_add(offset).cast::<i64>()) }
+            // + 8 * popcount(mask)` from `at` (the mask is contiguous from
+            // bit 0), at most `n` columns (see `lanes`), so within the
+            // `n * 16` readable bytes at `at` or at `at + next` by the
+            // caller's contract; masked-off lanes are not accessed (and do
+            // not fault), and `wrapping_add` makes computing an address past
+            // them for an all-zero mask harmless.
+            unsafe { _mm512_maskz_loadu_epi64(mask, at.wrapping_add(offset).cast::<i64>()) }
         };
         let x0 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(at, m0), low),
-            load(next + at, m0),
+            _mm512_and_si512(load(0, m0), low),
+            load(next, m0),
             high,
         );
         let x1 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(at + 64, m1), low),
-            load(next + at + 64, m1),
+            _mm512_and_si512(load(64, m1), low),
+            load(next + 64, m1),
             high,
         );
         // The chunk's result bits, one per lane at bit 0, zero for lanes past
@@ -939,19 +943,63 @@ mod avx512 {
         _mm512_test_epi64_mask(counts, _mm512_set1_epi64(1)) != 0
     }
 
-    /// Same answer as `RibbonLayout::check_columns` for keys of 1 to 8
-    /// columns (layouts of 2 to 8 upper columns): one chunk.
+    /// Same answer as `RibbonLayout::check_columns` for layouts of 2 to 8
+    /// upper columns (every key has 1 to 8): one chunk, and no bounds
+    /// checks.
+    ///
+    /// # Safety
+    ///
+    /// `layout` comes from `RibbonLayout::parse` (so its shards lie one after
+    /// another in the solution, which ends at `table_start`, and it has
+    /// `num_shards` of them), `solution` points to at least
+    /// `layout.table_start` readable bytes, and the CPU supports AVX-512 F,
+    /// VL, VBMI2, VPOPCNTDQ and BMI2.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    pub(super) fn check_narrow(bytes: &[u8], key: &Located) -> bool {
-        debug_assert!((1..=8).contains(&key.columns));
-        let Some((words, next)) = key_words(bytes, key) else {
-            return true;
-        };
-        let (low, high) = window(key);
-        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); the
-        // CPU has AVX-512 F and VPOPCNTDQ (this function's target features).
-        !unsafe { chunk_differs(words, next, 0, key.columns, low, high, key.result) }
+    pub(super) unsafe fn narrow_unchecked(
+        layout: &RibbonLayout,
+        solution: *const u8,
+        key_hash: u64,
+    ) -> bool {
+        debug_assert!((2..=8).contains(&layout.upper_columns));
+        let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
+        debug_assert!(index < layout.shards.len());
+        // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `parse` made one
+        // entry per shard (`shards.len() == num_shards >= 1`).
+        let shard = unsafe { layout.shards.get_unchecked(index) };
+        let row = row_from_seeded(
+            seeded_with_mask(key_hash, shard.seed_mask),
+            shard.num_starts,
+        );
+        let (block, shift) = (row.start / W, row.start % W);
+        let upper = layout.upper_columns as usize;
+        // Blocks before `upper_start_block` store one column less, so the
+        // start block's first word is `block * upper - min(block, usb)`.
+        let lower_blocks = block.min(shard.upper_start_block);
+        let columns = upper - usize::from(block < shard.upper_start_block);
+        let here = shard.byte_offset + (block * upper - lower_blocks) * WORD_BYTES;
+        // With a block-aligned start the window has no high half; the "next
+        // block" is then the start block again (ANDed with zero), so that
+        // the read stays inside the shard even for its last block.
+        let next = if shift == 0 { 0 } else { columns * WORD_BYTES };
+        let (low, high) = window(row.coeff, shift as u32);
+        // SAFETY: `start < num_starts = 128 * num_blocks - 127`, so the start
+        // block is one of the shard's blocks, and unless the start is
+        // block-aligned (`next == 0`) it is not the last one: the `columns`
+        // words at `here` and at `here + next` are words of the shard, which
+        // `parse` checked lie below `table_start`, within `solution`'s
+        // readable bytes (the caller's contract). The CPU has AVX-512 F and
+        // VPOPCNTDQ (this function's target features).
+        !unsafe {
+            chunk_differs(
+                solution.wrapping_add(here),
+                next,
+                columns,
+                low,
+                high,
+                row.result,
+            )
+        }
     }
 
     /// Same answer as `RibbonLayout::check_columns`, for any column count:
@@ -963,14 +1011,16 @@ mod avx512 {
         let Some((words, next)) = key_words(bytes, key) else {
             return true;
         };
-        let (low, high) = window(key);
+        let (low, high) = window(key.coeff, key.shift);
         let mut first = 0;
         while first < columns {
             let n = (columns - first).min(8);
-            // SAFETY: `first + n <= columns`, so `next + (first + n) * 16 <=
-            // next + columns * 16 == words.len()` (`key_words`); the CPU has
-            // AVX-512 F and VPOPCNTDQ (this function's target features).
-            if unsafe { chunk_differs(words, next, first, n, low, high, key.result >> first) } {
+            let at = words.as_ptr().wrapping_add(first * WORD_BYTES);
+            // SAFETY: `first + n <= columns`, so the `n` words at `first`
+            // and at `next + first` end at most at `next + columns * 16 ==
+            // words.len()` (`key_words`): they are bytes of `words`. The CPU
+            // has AVX-512 F and VPOPCNTDQ (this function's target features).
+            if unsafe { chunk_differs(at, next, n, low, high, key.result >> first) } {
                 return false;
             }
             first += 8;
@@ -1005,18 +1055,20 @@ mod avx512 {
     /// every 128-bit lane.
     ///
     /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
-    /// by `vpermq`, then the bits within a word by a funnel shift with the
-    /// word below (`valignq` with zero: the moved words one word up;
-    /// `bits == 0` keeps the word as it is).
+    /// by `vpermq` (indices `i - shift / 64`, of which `vpermq` reads the low
+    /// two bits, so index -1 picks the zero word 3), then the bits within a
+    /// word by a funnel shift with the word below (`valignq` with zero: the
+    /// moved words one word up; `vpshldvq` reads the low six bits of the
+    /// count, and `shift % 64 == 0` keeps the word as it is).
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
-    fn window(key: &Located) -> (__m512i, __m512i) {
-        let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
-        let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
-        let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
+    fn window(coeff: u128, shift: u32) -> (__m512i, __m512i) {
+        let coeff = _mm256_set_epi64x(0, 0, (coeff >> 64) as i64, coeff as i64);
+        let shift = _mm256_set1_epi64x(shift as i64);
+        let words = _mm256_sub_epi64(_mm256_set_epi64x(3, 2, 1, 0), _mm256_srli_epi64::<6>(shift));
+        let moved = _mm256_permutexvar_epi64(words, coeff);
         let carried = _mm256_alignr_epi64::<3>(moved, _mm256_setzero_si256());
-        let window =
-            _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
+        let window = _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, shift));
         (
             _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
             _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
