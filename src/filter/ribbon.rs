@@ -353,7 +353,7 @@ struct ShardQuery {
 }
 
 /// Parameters of a Ribbon filter read from its trailer and shard table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RibbonLayout {
     num_shards: u32,
     upper_columns: u32,
@@ -363,7 +363,32 @@ pub struct RibbonLayout {
     /// The query path this CPU takes (checked once, at parse). Same answers
     /// on every path.
     path: QueryPath,
+    /// `path.query_fn()`: what [`may_contain`](Self::may_contain) calls, so
+    /// that the dispatch is one load and one indirect jump.
+    query: QueryFn,
 }
+
+/// Layouts are equal when they were parsed from the same table and take the
+/// same path (`query` follows from `path`; function addresses are not
+/// compared).
+impl PartialEq for RibbonLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.num_shards == other.num_shards
+            && self.upper_columns == other.upper_columns
+            && self.table_start == other.table_start
+            && self.shards == other.shards
+            && self.path == other.path
+    }
+}
+
+impl Eq for RibbonLayout {}
+
+/// A query path's function, called by [`RibbonLayout::may_contain`].
+///
+/// Calling it is `unsafe`: the vector paths need CPU features, which
+/// [`QueryPath::query_fn`] documents and [`RibbonLayout`] guarantees by
+/// storing only `path.query_fn()` for a `path` the CPU can run.
+type QueryFn = unsafe fn(&RibbonLayout, &[u8], u64) -> bool;
 
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,6 +422,26 @@ impl QueryPath {
             QueryPath::Avx512Narrow
         } else {
             QueryPath::Avx512
+        }
+    }
+
+    /// The function [`RibbonLayout::may_contain`] calls on this path. It
+    /// may only be called if the CPU has the path's features: AVX-512 F, VL,
+    /// VBMI2, VPOPCNTDQ and BMI2 for `Avx512` and `Avx512Narrow`
+    /// ([`cpu_has_avx512`]), AVX2 and BMI2 for `Avx2` ([`cpu_has_avx2`]);
+    /// `Scalar` needs nothing.
+    fn query_fn(self) -> QueryFn {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            QueryPath::Avx512Narrow => RibbonLayout::may_contain_avx512_narrow,
+            QueryPath::Avx512 => RibbonLayout::may_contain_avx512,
+            QueryPath::Avx2 => RibbonLayout::may_contain_avx2_or_scalar,
+            QueryPath::Scalar => RibbonLayout::may_contain_scalar_path,
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            // `detect` and `on_path` give `Scalar` on other targets.
+            RibbonLayout::may_contain_scalar_path
         }
     }
 }
@@ -460,12 +505,14 @@ impl RibbonLayout {
         if next_word.checked_mul(WORD_BYTES as u64)? != table_start as u64 {
             return None;
         }
+        let path = QueryPath::detect(upper_columns);
         Some(RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
             shards: shards.into(),
-            path: QueryPath::detect(upper_columns),
+            path,
+            query: path.query_fn(),
         })
     }
 
@@ -520,26 +567,11 @@ impl RibbonLayout {
     /// same answer.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            match self.path {
-                QueryPath::Avx512Narrow => {
-                    // SAFETY: `path` is `Avx512Narrow` only if the CPU
-                    // reported every feature `may_contain_avx512_narrow`
-                    // enables when this layout was parsed (`cpu_has_avx512`).
-                    return unsafe { self.may_contain_avx512_narrow(bytes, key_hash) };
-                }
-                QueryPath::Avx512 => {
-                    // SAFETY: `path` is `Avx512` only if the CPU reported
-                    // every feature `may_contain_avx512` enables when this
-                    // layout was parsed (`cpu_has_avx512`).
-                    return unsafe { self.may_contain_avx512(bytes, key_hash) };
-                }
-                QueryPath::Avx2 => return self.may_contain_avx2_or_scalar(bytes, key_hash),
-                QueryPath::Scalar => {}
-            }
-        }
-        self.may_contain_scalar_path(bytes, key_hash)
+        // SAFETY: `query` is `path.query_fn()` (set together in `parse` and
+        // `on_path`), and `path` is a vector path only if the CPU reported
+        // every feature that path's function enables (`QueryPath::detect`,
+        // `on_path`), which is all `query_fn` asks of its callers.
+        unsafe { (self.query)(self, bytes, key_hash) }
     }
 
     /// The AVX2 query, or the scalar one for start blocks with fewer than
@@ -595,7 +627,11 @@ impl RibbonLayout {
             "scalar" => QueryPath::Scalar,
             _ => return None,
         };
-        Some(RibbonLayout { path, ..self })
+        Some(RibbonLayout {
+            path,
+            query: path.query_fn(),
+            ..self
+        })
     }
 
     /// The scalar query (POPCNT when the CPU has it, else the portable
