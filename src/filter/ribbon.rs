@@ -339,17 +339,67 @@ impl RibbonShard {
 }
 
 /// What a query needs of one shard, decoded once by [`RibbonLayout::parse`]
-/// so that a query does no byte parsing and no seed arithmetic.
+/// so that a query does no byte parsing and no seed arithmetic. 32 bytes:
+/// two per cache line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ShardQuery {
     /// XORed into the key hash before the seeded remix.
     seed_mask: u64,
     /// Possible start slots (at least 1).
     num_starts: u64,
-    /// Where the shard's solution starts, in bytes.
-    byte_offset: usize,
+    /// Where the shard's solution starts, in 16-byte words.
+    word_offset: u32,
     /// First block that stores `upper_columns` columns.
-    upper_start_block: usize,
+    upper_start_block: u32,
+    /// For the narrow AVX-512 query, by block kind (0: the lower blocks,
+    /// 1: the upper ones, see [`RibbonLayout::kinds`]): block `b` of that
+    /// kind starts at byte `bases[kind] + b * stride`, modulo 2^32 (for the
+    /// upper blocks the base is `word_offset * 16 - upper_start_block * 16`,
+    /// as if the lower blocks had their column count too). Exact only when
+    /// the solution is smaller than 4 GiB, which that path requires.
+    bases: [u32; 2],
+}
+
+impl ShardQuery {
+    /// The byte offset of the first column word of the block holding slot
+    /// `start`, and that block's column count, in a layout of `upper`
+    /// columns. Branch-free: blocks before `upper_start_block` store one
+    /// column less, so the block's first word is `block * upper -
+    /// min(block, upper_start_block)`.
+    #[inline(always)]
+    fn block_of(&self, start: usize, upper: usize) -> (usize, usize) {
+        let block = start / W;
+        let usb = self.upper_start_block as usize;
+        let lower_blocks = block.min(usb);
+        let here = (self.word_offset as usize + block * upper - lower_blocks) * WORD_BYTES;
+        (here, upper - usize::from(block < usb))
+    }
+}
+
+/// The blocks of one column count, for the narrow AVX-512 query (see
+/// [`RibbonLayout::kinds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BlockKind {
+    /// Bytes per block: `columns * 16`.
+    stride: u32,
+    /// `bzhi(0xffff, 2 * columns)`: bit `i` selects 64-bit word `i` of the
+    /// block's first 8 columns (the load masks: the low byte for columns
+    /// 0-3, the high byte for 4-7).
+    lanes: u16,
+    /// `bzhi(0xffff, columns)`: the result bits a key starting in such a
+    /// block checks (of the first 16).
+    result_bits: u16,
+}
+
+impl BlockKind {
+    fn new(columns: u32) -> BlockKind {
+        let ones = |n: u32| (1u32 << n.min(16)).wrapping_sub(1) as u16;
+        BlockKind {
+            stride: columns * WORD_BYTES as u32,
+            lanes: ones(2 * columns),
+            result_bits: ones(columns),
+        }
+    }
 }
 
 /// Parameters of a Ribbon filter read from its trailer and shard table.
@@ -360,6 +410,9 @@ pub struct RibbonLayout {
     table_start: usize,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
+    /// The lower blocks' column count (`upper_columns - 1`, index 0) and the
+    /// upper blocks' (index 1), for the narrow AVX-512 query.
+    kinds: [BlockKind; 2],
     /// The query path this CPU takes (checked once, at parse). Same answers
     /// on every path.
     path: QueryPath,
@@ -377,6 +430,7 @@ impl PartialEq for RibbonLayout {
             && self.upper_columns == other.upper_columns
             && self.table_start == other.table_start
             && self.shards == other.shards
+            && self.kinds == other.kinds
             && self.path == other.path
     }
 }
@@ -406,9 +460,9 @@ enum QueryPath {
 }
 
 impl QueryPath {
-    fn detect(upper_columns: u32) -> QueryPath {
+    fn detect(upper_columns: u32, table_start: usize) -> QueryPath {
         if cpu_has_avx512() {
-            QueryPath::avx512(upper_columns)
+            QueryPath::avx512(upper_columns, table_start)
         } else if cpu_has_avx2() {
             QueryPath::Avx2
         } else {
@@ -416,9 +470,11 @@ impl QueryPath {
         }
     }
 
-    /// The AVX-512 path for filters of `upper_columns` columns.
-    fn avx512(upper_columns: u32) -> QueryPath {
-        if (2..=8).contains(&upper_columns) {
+    /// The AVX-512 path for filters of `upper_columns` columns whose
+    /// solution takes `table_start` bytes: the narrow one needs at most 8
+    /// columns and block offsets that fit in 32 bits (`ShardQuery::bases`).
+    fn avx512(upper_columns: u32, table_start: usize) -> QueryPath {
+        if (2..=8).contains(&upper_columns) && u32::try_from(table_start).is_ok() {
             QueryPath::Avx512Narrow
         } else {
             QueryPath::Avx512
@@ -494,23 +550,31 @@ impl RibbonLayout {
             {
                 return None;
             }
+            // Modulo 2^32 (see `ShardQuery::bases`).
+            let byte_offset = shard.word_offset.wrapping_mul(WORD_BYTES as u32);
+            let lower_bytes = shard.upper_start_block.wrapping_mul(WORD_BYTES as u32);
             shards.push(ShardQuery {
                 seed_mask: seed_mask(shard.seed),
                 num_starts: shard.num_starts(),
-                byte_offset: usize::try_from(next_word).ok()?.checked_mul(WORD_BYTES)?,
-                upper_start_block: shard.upper_start_block as usize,
+                word_offset: shard.word_offset,
+                upper_start_block: shard.upper_start_block,
+                bases: [byte_offset, byte_offset.wrapping_sub(lower_bytes)],
             });
             next_word += shard.words(upper_columns);
         }
         if next_word.checked_mul(WORD_BYTES as u64)? != table_start as u64 {
             return None;
         }
-        let path = QueryPath::detect(upper_columns);
+        let path = QueryPath::detect(upper_columns, table_start);
         Some(RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
             shards: shards.into(),
+            kinds: [
+                BlockKind::new(upper_columns - 1),
+                BlockKind::new(upper_columns),
+            ],
             path,
             query: path.query_fn(),
         })
@@ -622,7 +686,7 @@ impl RibbonLayout {
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
         let path = match name {
-            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns),
+            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns, self.table_start),
             "avx2" if cpu_has_avx2() => QueryPath::Avx2,
             "scalar" => QueryPath::Scalar,
             _ => return None,
@@ -689,7 +753,9 @@ impl RibbonLayout {
             // SAFETY: `cpu_has_avx512` just confirmed every target feature
             // `may_contain_avx512` enables.
             return Some(
-                if QueryPath::avx512(self.upper_columns) == QueryPath::Avx512Narrow {
+                if QueryPath::avx512(self.upper_columns, self.table_start)
+                    == QueryPath::Avx512Narrow
+                {
                     // SAFETY: as above.
                     unsafe { self.may_contain_avx512_narrow(bytes, key_hash) }
                 } else {
@@ -771,14 +837,10 @@ impl RibbonLayout {
         let shard = self.shards.get(index)?;
         let h1 = seeded_with_mask(key_hash, shard.seed_mask);
         let row = row_from_seeded(h1, shard.num_starts);
-        let block = row.start / W;
-        let upper = self.upper_columns as usize;
-        // Blocks before `upper_start_block` store one column less, so the
-        // start block's first word is `block * upper - min(block, usb)`.
-        let lower_blocks = block.min(shard.upper_start_block);
+        let (here, columns) = shard.block_of(row.start, self.upper_columns as usize);
         Some(Located {
-            here: shard.byte_offset + (block * upper - lower_blocks) * WORD_BYTES,
-            columns: upper - usize::from(block < shard.upper_start_block),
+            here,
+            columns,
             shift: (row.start % W) as u32,
             coeff: row.coeff,
             result: row.result,
@@ -901,7 +963,8 @@ fn cpu_has_avx512() -> bool {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
-        fastrange64, row_from_seeded, seeded_with_mask, Located, RibbonLayout, W, WORD_BYTES,
+        fastrange64, row_from_seeded, seeded_with_mask, Located, QueryPath, RibbonLayout, W,
+        WORD_BYTES,
     };
     use std::arch::x86_64::*;
 
@@ -909,41 +972,48 @@ mod avx512 {
     const XOR_AND: i32 = 0x78;
     const XOR3: i32 = 0x96;
 
-    /// Whether any of the `n` columns (`1..=8`) whose start block words
-    /// begin at `at` (and next block words at `at + next`) differs from the
-    /// key's result bits `result` (bit 0 = the first of them); `low` and
-    /// `high` are the window halves broadcast to every 128-bit lane.
+    /// `lanes` for the first `n` columns of a chunk (`n <= 8`): bit `i`
+    /// selects 64-bit word `i`, two per column.
+    #[inline]
+    #[target_feature(enable = "bmi2")]
+    fn lanes(n: usize) -> u16 {
+        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
+        // from 16 up: `min(i / 2, 8)` columns, `i` = those 8 bits of `2n`,
+        // never more than `n` (`n < 8` gives `i = 2n`).
+        _bzhi_u32(0xffff, (2 * n) as u32) as u16
+    }
+
+    /// Whether any of the columns that `lanes` selects (`lanes(n)` for `n`
+    /// columns, `1..=8`) differs from the key's result bits `bits` (bit `k`
+    /// = the column `k` after `at`, zero from bit `n` up). The columns'
+    /// start block words begin at `at`, their next block words at `at +
+    /// next`; `low` and `high` are the window halves broadcast to every
+    /// 128-bit lane.
     ///
     /// # Safety
     ///
-    /// The `n * 16` bytes at `at` and at `at + next` are readable, and the
-    /// CPU must support AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a
-    /// wrong answer but reads no more than `n` columns; see the loads.)
+    /// `lanes` is `lanes(n)`, the `n * 16` bytes at `at` and at `at + next`
+    /// are readable, and the CPU must support AVX-512 F and VPOPCNTDQ.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512vpopcntdq,bmi2")]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
     unsafe fn chunk_differs(
         at: *const u8,
         next: usize,
-        n: usize,
+        lanes: u16,
         low: __m512i,
         high: __m512i,
-        result: u32,
+        bits: u32,
     ) -> bool {
-        debug_assert!((1..=8).contains(&n));
         // Two 64-bit words per column: the first register takes the first
         // four columns, the second the rest.
-        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
-        // from 16 up: the masks select `min(i / 2, 8)` columns, `i` = those
-        // 8 bits of `2n`, never more than `n` (`n < 8` gives `i = 2n`).
-        let lanes = _bzhi_u32(0xffff, (2 * n) as u32);
         let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
         let load = |offset: usize, mask: u8| {
             // SAFETY: the lanes `mask` selects are the bytes `offset..offset
-            // + 8 * popcount(mask)` from `at` (the mask is contiguous from
-            // bit 0), at most `n` columns (see `lanes`), so within the
-            // `n * 16` readable bytes at `at` or at `at + next` by the
-            // caller's contract; masked-off lanes are not accessed (and do
-            // not fault), and `wrapping_add` makes computing an address past
+            // + 8 * popcount(mask)` from `at` (`lanes(n)` is contiguous from
+            // bit 0), within the first `n` columns, so within the `n * 16`
+            // readable bytes at `at` or at `at + next` by the caller's
+            // contract; masked-off lanes are not accessed (and do not
+            // fault), and `wrapping_add` makes computing an address past
             // them for an all-zero mask harmless.
             unsafe { _mm512_maskz_loadu_epi64(mask, at.wrapping_add(offset).cast::<i64>()) }
         };
@@ -957,9 +1027,6 @@ mod avx512 {
             load(next + 64, m1),
             high,
         );
-        // The chunk's result bits, one per lane at bit 0, zero for lanes past
-        // the last column.
-        let bits = _bzhi_u32(result, n as u32);
         // After the unpack below, 64-bit lane `2k` holds column `k` of the
         // chunk and lane `2k + 1` column `k + 4`: shift each lane's result
         // bit to bit 0 (a constant vector, so the compiler knows every shift
@@ -987,9 +1054,11 @@ mod avx512 {
     ///
     /// `layout` comes from `RibbonLayout::parse` (so its shards lie one after
     /// another in the solution, which ends at `table_start`, and it has
-    /// `num_shards` of them), `solution` points to at least
-    /// `layout.table_start` readable bytes, and the CPU supports AVX-512 F,
-    /// VL, VBMI2, VPOPCNTDQ and BMI2.
+    /// `num_shards` of them) and `layout.table_start <= u32::MAX` (so that
+    /// `ShardQuery::bases` are exact; both hold when `QueryPath::avx512`
+    /// picked this path), `solution` points to at least `layout.table_start`
+    /// readable bytes, and the CPU supports AVX-512 F, VL, VBMI2, VPOPCNTDQ
+    /// and BMI2.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     pub(super) unsafe fn narrow_unchecked(
@@ -997,7 +1066,10 @@ mod avx512 {
         solution: *const u8,
         key_hash: u64,
     ) -> bool {
-        debug_assert!((2..=8).contains(&layout.upper_columns));
+        debug_assert_eq!(
+            QueryPath::avx512(layout.upper_columns, layout.table_start),
+            QueryPath::Avx512Narrow
+        );
         let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
         debug_assert!(index < layout.shards.len());
         // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `parse` made one
@@ -1008,32 +1080,37 @@ mod avx512 {
             shard.num_starts,
         );
         let (block, shift) = (row.start / W, row.start % W);
-        let upper = layout.upper_columns as usize;
-        // Blocks before `upper_start_block` store one column less, so the
-        // start block's first word is `block * upper - min(block, usb)`.
-        let lower_blocks = block.min(shard.upper_start_block);
-        let columns = upper - usize::from(block < shard.upper_start_block);
-        let here = shard.byte_offset + (block * upper - lower_blocks) * WORD_BYTES;
+        let upper = usize::from(block >= shard.upper_start_block as usize);
+        let kind = &layout.kinds[upper];
+        // Modulo 2^32, exact for solutions below 4 GiB (this path's
+        // condition, see `ShardQuery::bases`).
+        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(kind.stride));
+        let (here, stride) = (here as usize, kind.stride as usize);
+        let bits = row.result & u32::from(kind.result_bits);
         // With a block-aligned start the window has no high half; the "next
         // block" is then the start block again (ANDed with zero), so that
         // the read stays inside the shard even for its last block.
-        let next = if shift == 0 { 0 } else { columns * WORD_BYTES };
+        let next = if shift == 0 { 0 } else { stride };
         let (low, high) = window(row.coeff, shift as u32);
         // SAFETY: `start < num_starts = 128 * num_blocks - 127`, so the start
         // block is one of the shard's blocks, and unless the start is
-        // block-aligned (`next == 0`) it is not the last one: the `columns`
-        // words at `here` and at `here + next` are words of the shard, which
-        // `parse` checked lie below `table_start`, within `solution`'s
-        // readable bytes (the caller's contract). The CPU has AVX-512 F and
-        // VPOPCNTDQ (this function's target features).
+        // block-aligned (`next == 0`) it is not the last one. `kind` is the
+        // start block's, so `here` is the block's first byte (`parse` set
+        // `bases` so, exact below 4 GiB: this path's condition) and
+        // `stride` its `columns * 16` bytes: the `columns` words at `here`
+        // and at `here + next` are words of the shard, which `parse`
+        // checked lie below `table_start`, within `solution`'s readable
+        // bytes (the caller's contract). `kind.lanes` is `lanes(min(columns,
+        // 8))` (`BlockKind::new`). The CPU has AVX-512 F and VPOPCNTDQ (this
+        // function's target features).
         !unsafe {
             chunk_differs(
                 solution.wrapping_add(here),
                 next,
-                columns,
+                kind.lanes,
                 low,
                 high,
-                row.result,
+                bits,
             )
         }
     }
@@ -1054,9 +1131,11 @@ mod avx512 {
             let at = words.as_ptr().wrapping_add(first * WORD_BYTES);
             // SAFETY: `first + n <= columns`, so the `n` words at `first`
             // and at `next + first` end at most at `next + columns * 16 ==
-            // words.len()` (`key_words`): they are bytes of `words`. The CPU
-            // has AVX-512 F and VPOPCNTDQ (this function's target features).
-            if unsafe { chunk_differs(at, next, n, low, high, key.result >> first) } {
+            // words.len()` (`key_words`): they are bytes of `words`; `lanes`
+            // is `lanes(n)`. The CPU has AVX-512 F and VPOPCNTDQ (this
+            // function's target features).
+            let bits = _bzhi_u32(key.result >> first, n as u32);
+            if unsafe { chunk_differs(at, next, lanes(n), low, high, bits) } {
                 return false;
             }
             first += 8;
