@@ -1180,9 +1180,10 @@ mod avx512 {
     fn window(coeff: u128, shift: u32) -> (__m512i, __m512i) {
         let coeff = _mm256_set_epi64x(0, 0, (coeff >> 64) as i64, coeff as i64);
         let shift = _mm256_set1_epi64x(shift as i64);
-        let words = _mm256_sub_epi64(_mm256_set_epi64x(3, 2, 1, 0), _mm256_srli_epi64::<6>(shift));
-        let moved = _mm256_permutexvar_epi64(words, coeff);
-        let carried = _mm256_alignr_epi64::<3>(moved, _mm256_setzero_si256());
+        let zero = _mm256_setzero_si256();
+        let whole = _mm256_test_epi64_mask(shift, _mm256_set1_epi64x(64));
+        let moved = _mm256_mask_alignr_epi64::<3>(coeff, whole, coeff, zero);
+        let carried = _mm256_alignr_epi64::<3>(moved, zero);
         let window = _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, shift));
         (
             _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
