@@ -37,7 +37,8 @@
 //! band being solved fits in the L2 cache. The price is one extra 13-byte
 //! table entry per shard (0.013 bits/key at 8,192 keys per shard). The
 //! table is decoded once, when the filter is parsed, into an array of
-//! per-shard query parameters (seed mask, start count, byte offset), so a
+//! per-shard query parameters (seed mask, start count, word offset, first
+//! upper block and the byte offsets of block 0 of each column count), so a
 //! query reads one 32-byte entry of that array instead of parsing bytes.
 //!
 //! The build bands two shards at a time, alternating one elimination step
@@ -102,7 +103,10 @@
 //! mask test for all eight parities (`mod avx512`; filters of 2 to 8 upper
 //! columns, rates of 2^-8 and above, take a variant without the chunk loop,
 //! chosen at parse; measured 1.03x-1.28x faster than the AVX2 query in
-//! docs/filters.md). Without AVX-512, on CPUs with AVX2 the query checks up
+//! docs/filters.md). That variant checks once per call that the bytes hold
+//! the whole solution (which `parse` checked covers every read a key can
+//! make) and then reads without bounds checks; its block offset is one
+//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs with AVX2 the query checks up
 //! to eight columns at once: each pair of adjacent columns is one 32-byte
 //! load per block, ANDed with the key's coefficient window, and the eight
 //! parities are compared with the fingerprint in one vector test (`mod
@@ -622,8 +626,10 @@ impl RibbonLayout {
         total / self.num_shards as f64
     }
 
-    /// Queries `bytes` (the bytes this layout was parsed from). Reads are
-    /// bounds-checked: bytes that do not match the layout answer `true`.
+    /// Queries `bytes` (the bytes this layout was parsed from). Any bytes
+    /// are safe: reads are bounds-checked, or (the narrow AVX-512 path)
+    /// follow one check that `bytes` holds the whole solution; reads past
+    /// the end of shorter bytes answer `true`.
     ///
     /// Uses AVX-512 over the result columns when the CPU has it (checked
     /// once, at parse), else AVX2, else POPCNT when the CPU has that
@@ -639,9 +645,10 @@ impl RibbonLayout {
     }
 
     /// The AVX2 query, or the scalar one for start blocks with fewer than
-    /// two columns. Out of line, like every arm of
-    /// [`may_contain`](Self::may_contain), so each arm is a tail call and
-    /// the dispatch inlines into callers without making them save registers.
+    /// two columns. Out of line, like every path's function, so that
+    /// [`may_contain`](Self::may_contain) is a tail call through
+    /// [`query`](Self::query) and inlines into callers without making them
+    /// save registers.
     ///
     /// Only called when `path` is `Avx2`.
     #[cfg(target_arch = "x86_64")]
@@ -944,10 +951,10 @@ fn cpu_has_avx512() -> bool {
 /// chunk for the usual rates (8 result bits or fewer).
 ///
 /// The window (`coeff << shift` over the start block's word and the next
-/// block's) is built in a 256-bit register by one `vpermq` (whole words), one
-/// `valignq` (the word below each) and one `vpshldvq` (the bits within a
-/// word), and its low and high halves are
-/// broadcast to all four 128-bit lanes of a zmm. A chunk of `n <= 8` columns
+/// block's) is built in a 256-bit register by one masked `valignq` (whole
+/// words), one `valignq` (the word below each) and one `vpshldvq` (the bits
+/// within a word), and its low and high halves are broadcast to all four
+/// 128-bit lanes of a zmm. A chunk of `n <= 8` columns
 /// is two masked 64-byte loads per block (columns 0-3 and 4-7 of the chunk;
 /// lanes past the last column are zero and never read), masked and combined
 /// by one AND and one `vpternlogq` per 64 bytes: `(w0 & low) ^ (w1 &
@@ -958,8 +965,9 @@ fn cpu_has_avx512() -> bool {
 /// counts' bit 0 give the mismatching columns as a mask.
 ///
 /// This module has `unsafe` because `#[target_feature]` functions and the
-/// vector loads need it; the loads stay inside a slice whose length was
-/// checked first.
+/// vector loads need it. The loads of `check_columns` stay inside a slice
+/// whose length was checked first; those of `narrow_unchecked` inside the
+/// solution, whose length its caller checked once (see its `# Safety`).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
@@ -1169,12 +1177,12 @@ mod avx512 {
     /// first result, `low`) and the next block's (`high`), each broadcast to
     /// every 128-bit lane.
     ///
-    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
-    /// by `vpermq` (indices `i - shift / 64`, of which `vpermq` reads the low
-    /// two bits, so index -1 picks the zero word 3), then the bits within a
-    /// word by a funnel shift with the word below (`valignq` with zero: the
-    /// moved words one word up; `vpshldvq` reads the low six bits of the
-    /// count, and `shift % 64 == 0` keeps the word as it is).
+    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: by one whole
+    /// word when `shift >= 64` (a `valignq` with zero, masked by that test),
+    /// then the bits within a word by a funnel shift with the word below
+    /// (`valignq` with zero: the moved words one word up; `vpshldvq` reads
+    /// the low six bits of the count, and `shift % 64 == 0` keeps the word
+    /// as it is).
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
     fn window(coeff: u128, shift: u32) -> (__m512i, __m512i) {
