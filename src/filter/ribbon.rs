@@ -106,8 +106,8 @@
 //! docs/filters.md). That variant checks once per call that the bytes hold
 //! the whole solution (which `parse` checked covers every read a key can
 //! make) and then reads without bounds checks; its block offset is one
-//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs with AVX2 the query checks up
-//! to eight columns at once: each pair of adjacent columns is one 32-byte
+//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs
+//! with AVX2 the query checks up to eight columns at once: each pair of adjacent columns is one 32-byte
 //! load per block, ANDed with the key's coefficient window, and the eight
 //! parities are compared with the fingerprint in one vector test (`mod
 //! avx2`; measured 1.5x-2.1x faster than the POPCNT query in
@@ -417,6 +417,11 @@ pub struct RibbonLayout {
     /// The lower blocks' column count (`upper_columns - 1`, index 0) and the
     /// upper blocks' (index 1), for the narrow AVX-512 query.
     kinds: [BlockKind; 2],
+    /// Bytes at least this long take the narrow AVX-512 query without
+    /// bounds checks: `table_start` if this layout is one that query covers
+    /// (`QueryPath::avx512` picks it: 2 to 8 columns, a solution under 4
+    /// GiB), else `usize::MAX` (never).
+    unchecked_len: usize,
     /// The query path this CPU takes (checked once, at parse). Same answers
     /// on every path.
     path: QueryPath,
@@ -435,6 +440,7 @@ impl PartialEq for RibbonLayout {
             && self.table_start == other.table_start
             && self.shards == other.shards
             && self.kinds == other.kinds
+            && self.unchecked_len == other.unchecked_len
             && self.path == other.path
     }
 }
@@ -579,6 +585,13 @@ impl RibbonLayout {
                 BlockKind::new(upper_columns - 1),
                 BlockKind::new(upper_columns),
             ],
+            unchecked_len: if QueryPath::avx512(upper_columns, table_start)
+                == QueryPath::Avx512Narrow
+            {
+                table_start
+            } else {
+                usize::MAX
+            },
             path,
             query: path.query_fn(),
         })
@@ -809,26 +822,31 @@ impl RibbonLayout {
     ///
     /// One length check per call (`bytes` covers the solution, which
     /// [`parse`](Self::parse) checked holds every read a key can make), then
-    /// no bounds checks; shorter bytes go to the bounds-checked scalar path.
+    /// no bounds checks; shorter bytes, and layouts this query does not
+    /// cover, go to the bounds-checked scalar path.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
-        if bytes.len() < self.table_start {
-            return self.may_contain_short_bytes(bytes, key_hash);
+        if bytes.len() < self.unchecked_len {
+            return self.may_contain_checked(bytes, key_hash);
         }
-        // SAFETY: `bytes` has at least `table_start` readable bytes (just
-        // checked); the CPU has every feature `narrow_unchecked` needs (this
-        // function's target features); this layout came from `parse`, so
-        // its shard table is consistent (see `narrow_unchecked`).
+        // SAFETY: `unchecked_len` is `table_start` only for a layout that
+        // `QueryPath::avx512` gives the narrow path (else `usize::MAX`, which
+        // no slice length reaches), so this layout, which came from `parse`,
+        // meets `narrow_unchecked`'s conditions on it, and `bytes` has at
+        // least `table_start` readable bytes (just checked); the CPU has
+        // every feature `narrow_unchecked` needs (this function's target
+        // features).
         unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
     }
 
-    /// The answer for bytes shorter than the solution this layout was
-    /// parsed from: the bounds-checked scalar query, whose reads past the
-    /// end answer "may contain" (the answer every path gave before).
+    /// The narrow AVX-512 query's answer for bytes shorter than the solution
+    /// this layout was parsed from (or a layout it does not cover): the
+    /// bounds-checked scalar query, whose reads past the end answer "may
+    /// contain" (the answer every path gives).
     #[cold]
     #[inline(never)]
-    fn may_contain_short_bytes(&self, bytes: &[u8], key_hash: u64) -> bool {
+    fn may_contain_checked(&self, bytes: &[u8], key_hash: u64) -> bool {
         self.may_contain_scalar_path(bytes, key_hash)
     }
 
