@@ -301,6 +301,34 @@ fn truncated_bytes_never_panic_nor_lose_keys() {
     assert_eq!(Filter::decode(longer).format_name(), "undecodable");
 }
 
+/// A layout queried with fewer bytes than it was parsed from (the public
+/// `RibbonLayout::may_contain` takes any bytes): the vector paths check the
+/// length once and leave such bytes to the bounds-checked scalar query, so
+/// every path answers like the portable one and never panics.
+#[test]
+fn a_layout_queried_with_shorter_bytes_answers_like_the_portable_path() {
+    let (keys, bytes) = small_ribbon();
+    let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+    let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(200)).collect();
+    let solution = bytes.len() - layout.num_shards() as usize * SHARD_ENTRY_BYTES - TRAILER_BYTES;
+    for len in [0, 1, 100, solution / 2, solution - 1, solution, bytes.len()] {
+        let cut = &bytes[..len];
+        for &h in &probes {
+            let portable = layout.may_contain_portable(cut, h);
+            assert_eq!(layout.may_contain(cut, h), portable, "length {len}");
+            assert_eq!(layout.may_contain_scalar(cut, h), portable, "length {len}");
+            for path in [
+                layout.may_contain_avx2_path(cut, h),
+                layout.may_contain_avx512_path(cut, h),
+            ] {
+                assert!(path.is_none_or(|answer| answer == portable), "length {len}");
+            }
+        }
+    }
+    // Whole bytes: the key set is found on every path.
+    assert!(keys.iter().all(|&h| layout.may_contain(&bytes, h)));
+}
+
 #[test]
 fn every_single_bit_flip_in_the_trailer_and_shard_table_is_detected() {
     let (keys, bytes) = small_ribbon();

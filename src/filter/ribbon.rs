@@ -37,7 +37,8 @@
 //! band being solved fits in the L2 cache. The price is one extra 13-byte
 //! table entry per shard (0.013 bits/key at 8,192 keys per shard). The
 //! table is decoded once, when the filter is parsed, into an array of
-//! per-shard query parameters (seed mask, start count, byte offset), so a
+//! per-shard query parameters (seed mask, start count, word offset, first
+//! upper block and the byte offsets of block 0 of each column count), so a
 //! query reads one 32-byte entry of that array instead of parsing bytes.
 //!
 //! The build bands two shards at a time, alternating one elimination step
@@ -102,8 +103,11 @@
 //! mask test for all eight parities (`mod avx512`; filters of 2 to 8 upper
 //! columns, rates of 2^-8 and above, take a variant without the chunk loop,
 //! chosen at parse; measured 1.03x-1.28x faster than the AVX2 query in
-//! docs/filters.md). Without AVX-512, on CPUs with AVX2 the query checks up
-//! to eight columns at once: each pair of adjacent columns is one 32-byte
+//! docs/filters.md). That variant checks once per call that the bytes hold
+//! the whole solution (which `parse` checked covers every read a key can
+//! make) and then reads without bounds checks; its block offset is one
+//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs
+//! with AVX2 the query checks up to eight columns at once: each pair of adjacent columns is one 32-byte
 //! load per block, ANDed with the key's coefficient window, and the eight
 //! parities are compared with the fingerprint in one vector test (`mod
 //! avx2`; measured 1.5x-2.1x faster than the POPCNT query in
@@ -339,31 +343,116 @@ impl RibbonShard {
 }
 
 /// What a query needs of one shard, decoded once by [`RibbonLayout::parse`]
-/// so that a query does no byte parsing and no seed arithmetic.
+/// so that a query does no byte parsing and no seed arithmetic. 32 bytes:
+/// two per cache line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ShardQuery {
     /// XORed into the key hash before the seeded remix.
     seed_mask: u64,
     /// Possible start slots (at least 1).
     num_starts: u64,
-    /// Where the shard's solution starts, in bytes.
-    byte_offset: usize,
+    /// Where the shard's solution starts, in 16-byte words.
+    word_offset: u32,
     /// First block that stores `upper_columns` columns.
-    upper_start_block: usize,
+    upper_start_block: u32,
+    /// For the narrow AVX-512 query, by block kind (0: the lower blocks,
+    /// 1: the upper ones, see [`RibbonLayout::kinds`]): block `b` of that
+    /// kind starts at byte `bases[kind] + b * stride`, modulo 2^32 (for the
+    /// upper blocks the base is `word_offset * 16 - upper_start_block * 16`,
+    /// as if the lower blocks had their column count too). Exact only when
+    /// the solution is smaller than 4 GiB, which that path requires.
+    bases: [u32; 2],
+}
+
+impl ShardQuery {
+    /// The byte offset of the first column word of the block holding slot
+    /// `start`, and that block's column count, in a layout of `upper`
+    /// columns. Branch-free: blocks before `upper_start_block` store one
+    /// column less, so the block's first word is `block * upper -
+    /// min(block, upper_start_block)`.
+    #[inline(always)]
+    fn block_of(&self, start: usize, upper: usize) -> (usize, usize) {
+        let block = start / W;
+        let usb = self.upper_start_block as usize;
+        let lower_blocks = block.min(usb);
+        let here = (self.word_offset as usize + block * upper - lower_blocks) * WORD_BYTES;
+        (here, upper - usize::from(block < usb))
+    }
+}
+
+/// The blocks of one column count, for the narrow AVX-512 query (see
+/// [`RibbonLayout::kinds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BlockKind {
+    /// Bytes per block: `columns * 16`.
+    stride: u32,
+    /// `bzhi(0xffff, 2 * columns)`: bit `i` selects 64-bit word `i` of the
+    /// block's first 8 columns (the load masks: the low byte for columns
+    /// 0-3, the high byte for 4-7).
+    lanes: u16,
+    /// `bzhi(0xffff, columns)`: the result bits a key starting in such a
+    /// block checks (of the first 16).
+    result_bits: u16,
+}
+
+impl BlockKind {
+    fn new(columns: u32) -> BlockKind {
+        let ones = |n: u32| (1u32 << n.min(16)).wrapping_sub(1) as u16;
+        BlockKind {
+            stride: columns * WORD_BYTES as u32,
+            lanes: ones(2 * columns),
+            result_bits: ones(columns),
+        }
+    }
 }
 
 /// Parameters of a Ribbon filter read from its trailer and shard table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RibbonLayout {
     num_shards: u32,
     upper_columns: u32,
     table_start: usize,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
+    /// The lower blocks' column count (`upper_columns - 1`, index 0) and the
+    /// upper blocks' (index 1), for the narrow AVX-512 query.
+    kinds: [BlockKind; 2],
+    /// Bytes at least this long take the narrow AVX-512 query without
+    /// bounds checks: `table_start` if this layout is one that query covers
+    /// (`QueryPath::avx512` picks it: 2 to 8 columns, a solution under 4
+    /// GiB), else `usize::MAX` (never).
+    unchecked_len: usize,
     /// The query path this CPU takes (checked once, at parse). Same answers
     /// on every path.
     path: QueryPath,
+    /// `path.query_fn()`: what [`may_contain`](Self::may_contain) calls, so
+    /// that the dispatch is one load and one indirect jump.
+    query: QueryFn,
 }
+
+/// Layouts are equal when they were parsed from the same table and take the
+/// same path (`query` follows from `path`; function addresses are not
+/// compared).
+impl PartialEq for RibbonLayout {
+    fn eq(&self, other: &Self) -> bool {
+        self.num_shards == other.num_shards
+            && self.upper_columns == other.upper_columns
+            && self.table_start == other.table_start
+            && self.shards == other.shards
+            && self.kinds == other.kinds
+            && self.unchecked_len == other.unchecked_len
+            && self.path == other.path
+    }
+}
+
+impl Eq for RibbonLayout {}
+
+/// A query path's function, called by [`RibbonLayout::may_contain`].
+///
+/// Calling it is `unsafe`: the vector paths need CPU features, which
+/// [`QueryPath::query_fn`] documents and [`RibbonLayout`] guarantees by
+/// storing only `path.query_fn()` for a `path` the CPU can run.
+type QueryFn = unsafe fn(&RibbonLayout, &[u8], u64) -> bool;
 
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,9 +470,9 @@ enum QueryPath {
 }
 
 impl QueryPath {
-    fn detect(upper_columns: u32) -> QueryPath {
+    fn detect(upper_columns: u32, table_start: usize) -> QueryPath {
         if cpu_has_avx512() {
-            QueryPath::avx512(upper_columns)
+            QueryPath::avx512(upper_columns, table_start)
         } else if cpu_has_avx2() {
             QueryPath::Avx2
         } else {
@@ -391,12 +480,34 @@ impl QueryPath {
         }
     }
 
-    /// The AVX-512 path for filters of `upper_columns` columns.
-    fn avx512(upper_columns: u32) -> QueryPath {
-        if (2..=8).contains(&upper_columns) {
+    /// The AVX-512 path for filters of `upper_columns` columns whose
+    /// solution takes `table_start` bytes: the narrow one needs at most 8
+    /// columns and block offsets that fit in 32 bits (`ShardQuery::bases`).
+    fn avx512(upper_columns: u32, table_start: usize) -> QueryPath {
+        if (2..=8).contains(&upper_columns) && u32::try_from(table_start).is_ok() {
             QueryPath::Avx512Narrow
         } else {
             QueryPath::Avx512
+        }
+    }
+
+    /// The function [`RibbonLayout::may_contain`] calls on this path. It
+    /// may only be called if the CPU has the path's features: AVX-512 F, VL,
+    /// VBMI2, VPOPCNTDQ and BMI2 for `Avx512` and `Avx512Narrow`
+    /// ([`cpu_has_avx512`]), AVX2 and BMI2 for `Avx2` ([`cpu_has_avx2`]);
+    /// `Scalar` needs nothing.
+    fn query_fn(self) -> QueryFn {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            QueryPath::Avx512Narrow => RibbonLayout::may_contain_avx512_narrow,
+            QueryPath::Avx512 => RibbonLayout::may_contain_avx512,
+            QueryPath::Avx2 => RibbonLayout::may_contain_avx2_or_scalar,
+            QueryPath::Scalar => RibbonLayout::may_contain_scalar_path,
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            // `detect` and `on_path` give `Scalar` on other targets.
+            RibbonLayout::may_contain_scalar_path
         }
     }
 }
@@ -449,23 +560,40 @@ impl RibbonLayout {
             {
                 return None;
             }
+            // Modulo 2^32 (see `ShardQuery::bases`).
+            let byte_offset = shard.word_offset.wrapping_mul(WORD_BYTES as u32);
+            let lower_bytes = shard.upper_start_block.wrapping_mul(WORD_BYTES as u32);
             shards.push(ShardQuery {
                 seed_mask: seed_mask(shard.seed),
                 num_starts: shard.num_starts(),
-                byte_offset: usize::try_from(next_word).ok()?.checked_mul(WORD_BYTES)?,
-                upper_start_block: shard.upper_start_block as usize,
+                word_offset: shard.word_offset,
+                upper_start_block: shard.upper_start_block,
+                bases: [byte_offset, byte_offset.wrapping_sub(lower_bytes)],
             });
             next_word += shard.words(upper_columns);
         }
         if next_word.checked_mul(WORD_BYTES as u64)? != table_start as u64 {
             return None;
         }
+        let path = QueryPath::detect(upper_columns, table_start);
         Some(RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
             shards: shards.into(),
-            path: QueryPath::detect(upper_columns),
+            kinds: [
+                BlockKind::new(upper_columns - 1),
+                BlockKind::new(upper_columns),
+            ],
+            unchecked_len: if QueryPath::avx512(upper_columns, table_start)
+                == QueryPath::Avx512Narrow
+            {
+                table_start
+            } else {
+                usize::MAX
+            },
+            path,
+            query: path.query_fn(),
         })
     }
 
@@ -511,8 +639,10 @@ impl RibbonLayout {
         total / self.num_shards as f64
     }
 
-    /// Queries `bytes` (the bytes this layout was parsed from). Reads are
-    /// bounds-checked: bytes that do not match the layout answer `true`.
+    /// Queries `bytes` (the bytes this layout was parsed from). Any bytes
+    /// are safe: reads are bounds-checked, or (the narrow AVX-512 path)
+    /// follow one check that `bytes` holds the whole solution; reads past
+    /// the end of shorter bytes answer `true`.
     ///
     /// Uses AVX-512 over the result columns when the CPU has it (checked
     /// once, at parse), else AVX2, else POPCNT when the CPU has that
@@ -520,32 +650,18 @@ impl RibbonLayout {
     /// same answer.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            match self.path {
-                QueryPath::Avx512Narrow => {
-                    // SAFETY: `path` is `Avx512Narrow` only if the CPU
-                    // reported every feature `may_contain_avx512_narrow`
-                    // enables when this layout was parsed (`cpu_has_avx512`).
-                    return unsafe { self.may_contain_avx512_narrow(bytes, key_hash) };
-                }
-                QueryPath::Avx512 => {
-                    // SAFETY: `path` is `Avx512` only if the CPU reported
-                    // every feature `may_contain_avx512` enables when this
-                    // layout was parsed (`cpu_has_avx512`).
-                    return unsafe { self.may_contain_avx512(bytes, key_hash) };
-                }
-                QueryPath::Avx2 => return self.may_contain_avx2_or_scalar(bytes, key_hash),
-                QueryPath::Scalar => {}
-            }
-        }
-        self.may_contain_scalar_path(bytes, key_hash)
+        // SAFETY: `query` is `path.query_fn()` (set together in `parse` and
+        // `on_path`), and `path` is a vector path only if the CPU reported
+        // every feature that path's function enables (`QueryPath::detect`,
+        // `on_path`), which is all `query_fn` asks of its callers.
+        unsafe { (self.query)(self, bytes, key_hash) }
     }
 
     /// The AVX2 query, or the scalar one for start blocks with fewer than
-    /// two columns. Out of line, like every arm of
-    /// [`may_contain`](Self::may_contain), so each arm is a tail call and
-    /// the dispatch inlines into callers without making them save registers.
+    /// two columns. Out of line, like every path's function, so that
+    /// [`may_contain`](Self::may_contain) is a tail call through
+    /// [`query`](Self::query) and inlines into callers without making them
+    /// save registers.
     ///
     /// Only called when `path` is `Avx2`.
     #[cfg(target_arch = "x86_64")]
@@ -590,12 +706,16 @@ impl RibbonLayout {
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
         let path = match name {
-            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns),
+            "avx512" if cpu_has_avx512() => QueryPath::avx512(self.upper_columns, self.table_start),
             "avx2" if cpu_has_avx2() => QueryPath::Avx2,
             "scalar" => QueryPath::Scalar,
             _ => return None,
         };
-        Some(RibbonLayout { path, ..self })
+        Some(RibbonLayout {
+            path,
+            query: path.query_fn(),
+            ..self
+        })
     }
 
     /// The scalar query (POPCNT when the CPU has it, else the portable
@@ -653,7 +773,9 @@ impl RibbonLayout {
             // SAFETY: `cpu_has_avx512` just confirmed every target feature
             // `may_contain_avx512` enables.
             return Some(
-                if QueryPath::avx512(self.upper_columns) == QueryPath::Avx512Narrow {
+                if QueryPath::avx512(self.upper_columns, self.table_start)
+                    == QueryPath::Avx512Narrow
+                {
                     // SAFETY: as above.
                     unsafe { self.may_contain_avx512_narrow(bytes, key_hash) }
                 } else {
@@ -697,13 +819,35 @@ impl RibbonLayout {
 
     /// The AVX-512 query for layouts of 2 to 8 upper columns (every start
     /// block has 1 to 8): one chunk.
+    ///
+    /// One length check per call (`bytes` covers the solution, which
+    /// [`parse`](Self::parse) checked holds every read a key can make), then
+    /// no bounds checks; shorter bytes, and layouts this query does not
+    /// cover, go to the bounds-checked scalar path.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
-        let Some(key) = self.locate(key_hash) else {
-            return true;
-        };
-        avx512::check_narrow(bytes, &key)
+        if bytes.len() < self.unchecked_len {
+            return self.may_contain_checked(bytes, key_hash);
+        }
+        // SAFETY: `unchecked_len` is `table_start` only for a layout that
+        // `QueryPath::avx512` gives the narrow path (else `usize::MAX`, which
+        // no slice length reaches), so this layout, which came from `parse`,
+        // meets `narrow_unchecked`'s conditions on it, and `bytes` has at
+        // least `table_start` readable bytes (just checked); the CPU has
+        // every feature `narrow_unchecked` needs (this function's target
+        // features).
+        unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+    }
+
+    /// The narrow AVX-512 query's answer for bytes shorter than the solution
+    /// this layout was parsed from (or a layout it does not cover): the
+    /// bounds-checked scalar query, whose reads past the end answer "may
+    /// contain" (the answer every path gives).
+    #[cold]
+    #[inline(never)]
+    fn may_contain_checked(&self, bytes: &[u8], key_hash: u64) -> bool {
+        self.may_contain_scalar_path(bytes, key_hash)
     }
 
     /// The key's shard, row and position in the solution; `None` if the
@@ -718,14 +862,10 @@ impl RibbonLayout {
         let shard = self.shards.get(index)?;
         let h1 = seeded_with_mask(key_hash, shard.seed_mask);
         let row = row_from_seeded(h1, shard.num_starts);
-        let block = row.start / W;
-        let upper = self.upper_columns as usize;
-        // Blocks before `upper_start_block` store one column less, so the
-        // start block's first word is `block * upper - min(block, usb)`.
-        let lower_blocks = block.min(shard.upper_start_block);
+        let (here, columns) = shard.block_of(row.start, self.upper_columns as usize);
         Some(Located {
-            here: shard.byte_offset + (block * upper - lower_blocks) * WORD_BYTES,
-            columns: upper - usize::from(block < shard.upper_start_block),
+            here,
+            columns,
             shift: (row.start % W) as u32,
             coeff: row.coeff,
             result: row.result,
@@ -829,10 +969,10 @@ fn cpu_has_avx512() -> bool {
 /// chunk for the usual rates (8 result bits or fewer).
 ///
 /// The window (`coeff << shift` over the start block's word and the next
-/// block's) is built in a 256-bit register by one `vpermq` (whole words), one
-/// `valignq` (the word below each) and one `vpshldvq` (the bits within a
-/// word), and its low and high halves are
-/// broadcast to all four 128-bit lanes of a zmm. A chunk of `n <= 8` columns
+/// block's) is built in a 256-bit register by one masked `valignq` (whole
+/// words), one `valignq` (the word below each) and one `vpshldvq` (the bits
+/// within a word), and its low and high halves are broadcast to all four
+/// 128-bit lanes of a zmm. A chunk of `n <= 8` columns
 /// is two masked 64-byte loads per block (columns 0-3 and 4-7 of the chunk;
 /// lanes past the last column are zero and never read), masked and combined
 /// by one AND and one `vpternlogq` per 64 bytes: `(w0 & low) ^ (w1 &
@@ -843,83 +983,76 @@ fn cpu_has_avx512() -> bool {
 /// counts' bit 0 give the mismatching columns as a mask.
 ///
 /// This module has `unsafe` because `#[target_feature]` functions and the
-/// vector loads need it; the loads stay inside a slice whose length was
-/// checked first.
+/// vector loads need it. The loads of `check_columns` stay inside a slice
+/// whose length was checked first; those of `narrow_unchecked` inside the
+/// solution, whose length its caller checked once (see its `# Safety`).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{Located, WORD_BYTES};
+    use super::{
+        fastrange64, row_from_seeded, seeded_with_mask, Located, QueryPath, RibbonLayout, W,
+        WORD_BYTES,
+    };
     use std::arch::x86_64::*;
-
-    /// `vpermq` indices that move the 64-bit words of `[c0, c1, 0, 0]` up by
-    /// 0 or 1 words, filling with word 2 (zero).
-    static SHIFT_WORDS: [[i64; 4]; 2] = [[0, 1, 2, 3], [2, 0, 1, 2]];
 
     /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
     const XOR_AND: i32 = 0x78;
     const XOR3: i32 = 0x96;
 
-    /// Loads an `[i64; 4]` as a vector.
+    /// `lanes` for the first `n` columns of a chunk (`n <= 8`): bit `i`
+    /// selects 64-bit word `i`, two per column.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512vl")]
-    fn load_i64x4(v: &[i64; 4]) -> __m256i {
-        // SAFETY: `v` is 32 readable bytes; the load is unaligned.
-        unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
+    #[target_feature(enable = "bmi2")]
+    fn lanes(n: usize) -> u16 {
+        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
+        // from 16 up: `min(i / 2, 8)` columns, `i` = those 8 bits of `2n`,
+        // never more than `n` (`n < 8` gives `i = 2n`).
+        _bzhi_u32(0xffff, (2 * n) as u32) as u16
     }
 
-    /// Whether any of the `n` columns (`1..=8`) from column `first` differs
-    /// from the key's result bits `result` (bit 0 = column `first`); `low`
-    /// and `high` are the window halves broadcast to every 128-bit lane.
+    /// Whether any of the columns that `lanes` selects (`lanes(n)` for `n`
+    /// columns, `1..=8`) differs from the key's result bits `bits` (bit `k`
+    /// = the column `k` after `at`, zero from bit `n` up). The columns'
+    /// start block words begin at `at`, their next block words at `at +
+    /// next`; `low` and `high` are the window halves broadcast to every
+    /// 128-bit lane.
     ///
     /// # Safety
     ///
-    /// `next + (first + n) * 16 <= words.len()`, and the CPU must support
-    /// AVX-512 F and VPOPCNTDQ. (`n` outside `1..=8` gives a wrong answer
-    /// but reads no more than `n` columns; see the loads.)
+    /// `lanes` is `lanes(n)`, the `n * 16` bytes at `at` and at `at + next`
+    /// are readable, and the CPU must support AVX-512 F and VPOPCNTDQ.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512vpopcntdq,bmi2")]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
     unsafe fn chunk_differs(
-        words: &[u8],
+        at: *const u8,
         next: usize,
-        first: usize,
-        n: usize,
+        lanes: u16,
         low: __m512i,
         high: __m512i,
-        result: u32,
+        bits: u32,
     ) -> bool {
-        debug_assert!((1..=8).contains(&n));
-        debug_assert!(next + (first + n) * WORD_BYTES <= words.len());
-        // Two 64-bit words per column: the first register takes columns
-        // `first..first + 4`, the second the rest.
-        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
-        // from 16 up: the masks select `min(i / 2, 8)` columns, `i` = those
-        // 8 bits of `2n`, never more than `n` (`n < 8` gives `i = 2n`).
-        let lanes = _bzhi_u32(0xffff, (2 * n) as u32);
+        // Two 64-bit words per column: the first register takes the first
+        // four columns, the second the rest.
         let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
-        let at = first * WORD_BYTES;
-        let base = words.as_ptr();
         let load = |offset: usize, mask: u8| {
             // SAFETY: the lanes `mask` selects are the bytes `offset..offset
-            // + 8 * popcount(mask)` (the mask is contiguous from bit 0), at
-            // most `n` columns from `first` (see `lanes`), so all below
-            // `next + (first + n) * 16 <= words.len()` by the caller's
+            // + 8 * popcount(mask)` from `at` (`lanes(n)` is contiguous from
+            // bit 0), within the first `n` columns, so within the `n * 16`
+            // readable bytes at `at` or at `at + next` by the caller's
             // contract; masked-off lanes are not accessed (and do not
-            // fault), and `wrapping_add` makes computing an address past the
-            // slice for an all-zero mask harmless.
-            unsafe { _mm512_maskz_loadu_epi64(mask, base.wrapping_add(offset).cast::<i64>()) }
+            // fault), and `wrapping_add` makes computing an address past
+            // them for an all-zero mask harmless.
+            unsafe { _mm512_maskz_loadu_epi64(mask, at.wrapping_add(offset).cast::<i64>()) }
         };
         let x0 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(at, m0), low),
-            load(next + at, m0),
+            _mm512_and_si512(load(0, m0), low),
+            load(next, m0),
             high,
         );
         let x1 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(at + 64, m1), low),
-            load(next + at + 64, m1),
+            _mm512_and_si512(load(64, m1), low),
+            load(next + 64, m1),
             high,
         );
-        // The chunk's result bits, one per lane at bit 0, zero for lanes past
-        // the last column.
-        let bits = _bzhi_u32(result, n as u32);
         // After the unpack below, 64-bit lane `2k` holds column `k` of the
         // chunk and lane `2k + 1` column `k + 4`: shift each lane's result
         // bit to bit 0 (a constant vector, so the compiler knows every shift
@@ -939,19 +1072,73 @@ mod avx512 {
         _mm512_test_epi64_mask(counts, _mm512_set1_epi64(1)) != 0
     }
 
-    /// Same answer as `RibbonLayout::check_columns` for keys of 1 to 8
-    /// columns (layouts of 2 to 8 upper columns): one chunk.
+    /// Same answer as `RibbonLayout::check_columns` for layouts of 2 to 8
+    /// upper columns (every key has 1 to 8): one chunk, and no bounds
+    /// checks.
+    ///
+    /// # Safety
+    ///
+    /// `layout` comes from `RibbonLayout::parse` (so its shards lie one after
+    /// another in the solution, which ends at `table_start`, and it has
+    /// `num_shards` of them) and `layout.table_start <= u32::MAX` (so that
+    /// `ShardQuery::bases` are exact; both hold when `QueryPath::avx512`
+    /// picked this path), `solution` points to at least `layout.table_start`
+    /// readable bytes, and the CPU supports AVX-512 F, VL, VBMI2, VPOPCNTDQ
+    /// and BMI2.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    pub(super) fn check_narrow(bytes: &[u8], key: &Located) -> bool {
-        debug_assert!((1..=8).contains(&key.columns));
-        let Some((words, next)) = key_words(bytes, key) else {
-            return true;
-        };
-        let (low, high) = window(key);
-        // SAFETY: `next + columns * 16 == words.len()` (`key_words`); the
-        // CPU has AVX-512 F and VPOPCNTDQ (this function's target features).
-        !unsafe { chunk_differs(words, next, 0, key.columns, low, high, key.result) }
+    pub(super) unsafe fn narrow_unchecked(
+        layout: &RibbonLayout,
+        solution: *const u8,
+        key_hash: u64,
+    ) -> bool {
+        debug_assert_eq!(
+            QueryPath::avx512(layout.upper_columns, layout.table_start),
+            QueryPath::Avx512Narrow
+        );
+        let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
+        debug_assert!(index < layout.shards.len());
+        // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `parse` made one
+        // entry per shard (`shards.len() == num_shards >= 1`).
+        let shard = unsafe { layout.shards.get_unchecked(index) };
+        let row = row_from_seeded(
+            seeded_with_mask(key_hash, shard.seed_mask),
+            shard.num_starts,
+        );
+        let (block, shift) = (row.start / W, row.start % W);
+        let upper = usize::from(block >= shard.upper_start_block as usize);
+        let kind = &layout.kinds[upper];
+        // Modulo 2^32, exact for solutions below 4 GiB (this path's
+        // condition, see `ShardQuery::bases`).
+        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(kind.stride));
+        let (here, stride) = (here as usize, kind.stride as usize);
+        let bits = row.result & u32::from(kind.result_bits);
+        // With a block-aligned start the window has no high half; the "next
+        // block" is then the start block again (ANDed with zero), so that
+        // the read stays inside the shard even for its last block.
+        let next = if shift == 0 { 0 } else { stride };
+        let (low, high) = window(row.coeff, shift as u32);
+        // SAFETY: `start < num_starts = 128 * num_blocks - 127`, so the start
+        // block is one of the shard's blocks, and unless the start is
+        // block-aligned (`next == 0`) it is not the last one. `kind` is the
+        // start block's, so `here` is the block's first byte (`parse` set
+        // `bases` so, exact below 4 GiB: this path's condition) and
+        // `stride` its `columns * 16` bytes: the `columns` words at `here`
+        // and at `here + next` are words of the shard, which `parse`
+        // checked lie below `table_start`, within `solution`'s readable
+        // bytes (the caller's contract). `kind.lanes` is `lanes(min(columns,
+        // 8))` (`BlockKind::new`). The CPU has AVX-512 F and VPOPCNTDQ (this
+        // function's target features).
+        !unsafe {
+            chunk_differs(
+                solution.wrapping_add(here),
+                next,
+                kind.lanes,
+                low,
+                high,
+                bits,
+            )
+        }
     }
 
     /// Same answer as `RibbonLayout::check_columns`, for any column count:
@@ -963,14 +1150,18 @@ mod avx512 {
         let Some((words, next)) = key_words(bytes, key) else {
             return true;
         };
-        let (low, high) = window(key);
+        let (low, high) = window(key.coeff, key.shift);
         let mut first = 0;
         while first < columns {
             let n = (columns - first).min(8);
-            // SAFETY: `first + n <= columns`, so `next + (first + n) * 16 <=
-            // next + columns * 16 == words.len()` (`key_words`); the CPU has
-            // AVX-512 F and VPOPCNTDQ (this function's target features).
-            if unsafe { chunk_differs(words, next, first, n, low, high, key.result >> first) } {
+            let at = words.as_ptr().wrapping_add(first * WORD_BYTES);
+            // SAFETY: `first + n <= columns`, so the `n` words at `first`
+            // and at `next + first` end at most at `next + columns * 16 ==
+            // words.len()` (`key_words`): they are bytes of `words`; `lanes`
+            // is `lanes(n)`. The CPU has AVX-512 F and VPOPCNTDQ (this
+            // function's target features).
+            let bits = _bzhi_u32(key.result >> first, n as u32);
+            if unsafe { chunk_differs(at, next, lanes(n), low, high, bits) } {
                 return false;
             }
             first += 8;
@@ -1004,19 +1195,22 @@ mod avx512 {
     /// first result, `low`) and the next block's (`high`), each broadcast to
     /// every 128-bit lane.
     ///
-    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: whole words
-    /// by `vpermq`, then the bits within a word by a funnel shift with the
-    /// word below (`valignq` with zero: the moved words one word up;
-    /// `bits == 0` keeps the word as it is).
+    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: by one whole
+    /// word when `shift >= 64` (a `valignq` with zero, masked by that test),
+    /// then the bits within a word by a funnel shift with the word below
+    /// (`valignq` with zero: the moved words one word up; `vpshldvq` reads
+    /// the low six bits of the count, and `shift % 64 == 0` keeps the word
+    /// as it is).
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
-    fn window(key: &Located) -> (__m512i, __m512i) {
-        let coeff = _mm256_set_epi64x(0, 0, (key.coeff >> 64) as i64, key.coeff as i64);
-        let (whole, bits) = ((key.shift / 64) as usize, (key.shift % 64) as i64);
-        let moved = _mm256_permutexvar_epi64(load_i64x4(&SHIFT_WORDS[whole]), coeff);
-        let carried = _mm256_alignr_epi64::<3>(moved, _mm256_setzero_si256());
-        let window =
-            _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, _mm256_set1_epi64x(bits)));
+    fn window(coeff: u128, shift: u32) -> (__m512i, __m512i) {
+        let coeff = _mm256_set_epi64x(0, 0, (coeff >> 64) as i64, coeff as i64);
+        let shift = _mm256_set1_epi64x(shift as i64);
+        let zero = _mm256_setzero_si256();
+        let whole = _mm256_test_epi64_mask(shift, _mm256_set1_epi64x(64));
+        let moved = _mm256_mask_alignr_epi64::<3>(coeff, whole, coeff, zero);
+        let carried = _mm256_alignr_epi64::<3>(moved, zero);
+        let window = _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, shift));
         (
             _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
             _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
