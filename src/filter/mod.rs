@@ -190,13 +190,29 @@ unsafe fn query_all(_: &Filter, _: u64) -> bool {
     true
 }
 
-/// The query of a Ribbon or custom filter.
+/// The query of a Ribbon filter: a tail call to its layout's query
+/// function.
 ///
 /// # Safety
 ///
 /// None needed (`unsafe` only to have the type of every query function).
-unsafe fn query_other(filter: &Filter, key_hash: u64) -> bool {
-    filter.may_contain_slow_path(key_hash)
+unsafe fn query_ribbon(filter: &Filter, key_hash: u64) -> bool {
+    match &filter.kind {
+        Kind::Ribbon(layout) => layout.may_contain(filter.bytes.as_slice(), key_hash),
+        _ => filter.may_contain_by_kind(key_hash),
+    }
+}
+
+/// The query of a custom policy's filter.
+///
+/// # Safety
+///
+/// None needed (`unsafe` only to have the type of every query function).
+unsafe fn query_custom(filter: &Filter, key_hash: u64) -> bool {
+    match &filter.kind {
+        Kind::Custom(policy) => policy.may_contain(filter.bytes.as_slice(), key_hash),
+        _ => filter.may_contain_by_kind(key_hash),
+    }
 }
 
 /// Filter bytes that start on a 64-byte (cache-line) boundary.
@@ -290,7 +306,8 @@ impl Filter {
                 ),
             },
             Kind::All(_) => (bloom::BloomLayout::empty(), query_all as _),
-            Kind::Ribbon(_) | Kind::Custom(_) => (bloom::BloomLayout::empty(), query_other as _),
+            Kind::Ribbon(_) => (bloom::BloomLayout::empty(), query_ribbon as _),
+            Kind::Custom(_) => (bloom::BloomLayout::empty(), query_custom as _),
         };
         Filter {
             bytes,
@@ -346,10 +363,11 @@ impl Filter {
         unsafe { (self.query)(self, key_hash) }
     }
 
-    /// The Ribbon and custom filters' query, out of line so that a Bloom
-    /// query does not pay for the registers the Ribbon query needs.
+    /// The answer by a `match` on the kind, without the query function
+    /// (which `query_ribbon` and `query_custom` fall back to should they
+    /// ever be called on another kind; `Filter::new` never does that).
     #[inline(never)]
-    fn may_contain_slow_path(&self, key_hash: u64) -> bool {
+    fn may_contain_by_kind(&self, key_hash: u64) -> bool {
         match &self.kind {
             Kind::Ribbon(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Custom(policy) => policy.may_contain(self.bytes.as_slice(), key_hash),
