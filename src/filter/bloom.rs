@@ -857,7 +857,7 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
 
 /// The scalar query; see [`Query::Scalar`].
 mod scalar {
-    use super::{line_has_probes, line_ptr, BloomLines, LINE_BYTES};
+    use super::{line_has_all, line_has_distinct, line_ptr, BloomLines, ProbeScheme, LINE_BYTES};
 
     /// Same answer as `BloomLayout::may_contain_portable`.
     ///
@@ -871,7 +871,14 @@ mod scalar {
         // has alignment 1.
         let block =
             unsafe { &*line_ptr(layout, filter.lines(), key_hash).cast::<[u8; LINE_BYTES]>() };
-        line_has_probes(block, (key_hash >> 32) as u32 | layout.state_or, layout)
+        // The probe loops inline here rather than through
+        // `line_has_probes`, which the vector paths keep out of line: one
+        // call less (measured 0.97x-1.17x the time in one A/B run, noisy).
+        let state = (key_hash >> 32) as u32;
+        match layout.scheme {
+            ProbeScheme::Distinct => line_has_distinct(block, state, layout.probes),
+            ProbeScheme::WithReplacement => line_has_all(block, state, layout.probes),
+        }
     }
 }
 
