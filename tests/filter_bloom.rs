@@ -23,7 +23,10 @@ fn hashes(tag: u64, n: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Every built hash answers "may contain", through every query path.
+/// Every built hash answers "may contain": through the layout, a decoded
+/// `Filter` and the policy, each on the query path this CPU picks (the
+/// other paths are compared with a byte-level reference in the unit tests
+/// of `src/filter/bloom.rs`).
 fn assert_no_false_negative(policy: &BloomPolicy, keys: &[u64]) {
     let bytes = policy.build(keys);
     let layout = BloomLayout::parse(&bytes).expect("a freshly built filter parses");

@@ -45,11 +45,12 @@
 //! key). Only a key whose bits are all set looks for repeats: the AVX-512
 //! path takes 16 chain values, finds repeats with the conflict instruction
 //! and picks the first `probes` distinct lanes with `pdep`, without a branch
-//! (it falls back to the scalar code above 16 probes, over 32 bits/key, or
+//! (it falls back to the scalar code above 16 probes, from 34 bits/key, or
 //! when 16 values hold fewer than `probes` distinct ones, which no odd state
 //! does below 11 probes); the AVX2 path takes 8, compares the lanes with
-//! rotated copies of themselves and falls back to the scalar code for the
-//! ~3% of keys with a repeat and for more than 8 probes (over 14 bits/key).
+//! rotated copies of themselves and falls back to the scalar code for keys
+//! whose first probe bits are all set and repeat (~3% of present keys at 6
+//! probes) and for more than 8 probes (over 14 bits/key).
 //! Every path gives the same answers (unit-tested against a byte-level
 //! reference for every probe count).
 //!
@@ -286,15 +287,16 @@ pub struct BloomLayout {
     probes: u32,
     /// How the probes of a key are drawn (from the format id).
     scheme: ProbeScheme,
-    /// The query code this CPU runs (detected once, at parse). Same answers
-    /// on every path.
+    /// The query code path: the best this CPU runs (detected at parse), or
+    /// the one [`on_path`](Self::on_path) forced. Same answers on every
+    /// path.
     path: QueryPath,
     /// The query code: `path` specialised for this layout's scheme, probe
     /// count and size (see [`query_fn`](Self::query_fn)).
     query: Query,
     /// 1 in the lanes of the first eight probes that exist (all eight from
-    /// 8 probes up), 0 in the rest: the vector path shifts these into probe
-    /// masks, so absent probes test nothing. Precomputed so a query does
+    /// 8 probes up), 0 in the rest: the vector paths shift (AVX2) or rotate
+    /// (AVX-512) these into probe masks, so absent probes test nothing. Precomputed so a query does
     /// no lane arithmetic.
     first_lane_ones: [u32; 8],
     /// 0 in the probe lanes, a distinct value above 511 in the others: ORed
@@ -304,9 +306,6 @@ pub struct BloomLayout {
     /// The low `probes` bits set (at most 16): the AVX-512 path's probe
     /// lanes, or the pattern it deposits into the lanes of first occurrences.
     probe_lanes: u32,
-    /// 1 for distinct probes (whose chain starts from an odd state), 0 for
-    /// the first format.
-    state_or: u32,
 }
 
 impl BloomLayout {
@@ -346,7 +345,6 @@ impl BloomLayout {
                 }
             }),
             probe_lanes: ((1u64 << probes.min(16)) - 1) as u32,
-            state_or: u32::from(scheme == ProbeScheme::Distinct),
         };
         Some(layout.with_path(QueryPath::detect()))
     }
@@ -369,7 +367,6 @@ impl BloomLayout {
                 }
             }),
             probe_lanes: 1,
-            state_or: 1,
         }
     }
 
@@ -420,7 +417,7 @@ impl BloomLayout {
             Some(needed) if bytes.len() >= needed => {
                 let lines = CheckedLines {
                     layout: self,
-                    lines: bytes.as_ptr(),
+                    lines: bytes,
                 };
                 // SAFETY: the function `query_fn` chose for this layout, on
                 // lines that `bytes` holds and that outlive the call.
@@ -476,7 +473,8 @@ const CHAIN_LIMIT: usize = 64;
 
 /// The fewest distinct values among the first sixteen chain values of any
 /// odd state: found by scanning all 2^31 of them
-/// (`every_state_has_enough_distinct_values_among_sixteen`, about 10 s).
+/// (`every_state_has_enough_distinct_values_among_sixteen`, 20-35 s on the
+/// 2-core test machine).
 /// Filters with at most this many probes always find their probes among
 /// sixteen chain values, so the AVX-512 query skips counting them. (Were it
 /// ever wrong, the query would test a subset of a key's probes: a false
@@ -686,9 +684,11 @@ const PROBE_POWERS_0_8: [u32; 8] = {
 };
 
 /// The scalar answer for a line, by scheme: what the vector paths fall back
-/// to above their probe counts (AVX2: 8 probes, over 14 bits/key; AVX-512:
-/// 16, over 32 bits/key) and, with distinct probes, when their chain values
-/// do not settle the probe set.
+/// to, with distinct probes, when their chain values do not settle the
+/// probe set (AVX2: a repeat among a key's first probes; AVX-512: sixteen
+/// values with fewer than `probes` distinct ones, 11 probes and up). Out of
+/// line: rare. Filters with more probes than a vector step holds take
+/// `scalar::may_contain` instead.
 #[inline(never)]
 fn line_has_probes(block: &[u8; LINE_BYTES], state: u32, layout: &BloomLayout) -> bool {
     match layout.scheme {
@@ -763,7 +763,7 @@ pub(crate) unsafe trait BloomLines {
 /// Bytes whose length [`BloomLayout::may_contain`] checked.
 struct CheckedLines<'a> {
     layout: &'a BloomLayout,
-    lines: *const u8,
+    lines: &'a [u8],
 }
 
 // SAFETY: built only by `BloomLayout::may_contain`, after checking that the
@@ -773,7 +773,7 @@ unsafe impl BloomLines for CheckedLines<'_> {
         self.layout
     }
     fn lines(&self) -> *const u8 {
-        self.lines
+        self.lines.as_ptr()
     }
 }
 
@@ -1577,6 +1577,11 @@ mod tests {
             assert_eq!(layout.probes(), probes);
             for path in QueryPath::available() {
                 let on_path = layout.with_path(path);
+                // The same path through a decoded `Filter` (its function
+                // pointer, unchecked line reads).
+                let filter = crate::filter::Filter::decode(&bytes)
+                    .with_bloom_path(path.name())
+                    .expect("a path this CPU runs");
                 assert_eq!(
                     layout.may_contain_portable(&bytes, 7),
                     on_path.may_contain(&bytes, 7)
@@ -1597,6 +1602,7 @@ mod tests {
                         expected,
                         "k={probes} {path:?}"
                     );
+                    assert_eq!(filter.may_contain(h), expected, "k={probes} {path:?}");
                     if i < hashes.len() {
                         assert!(expected, "false negative at k={probes}");
                     }
@@ -1608,6 +1614,60 @@ mod tests {
             for path in QueryPath::available() {
                 let on_path = empty_layout.with_path(path);
                 assert!(!on_path.may_contain(&empty, 12345), "{path:?}");
+            }
+        }
+    }
+
+    /// The states with the fewest distinct values among their first sixteen
+    /// chain values (ten: found by the exhaustive scan below), around the
+    /// probe counts where the AVX-512 query starts counting them (9..=12):
+    /// every path answers like the reference, with the line holding exactly
+    /// the key's probes and with each probe removed in turn.
+    #[test]
+    fn states_with_the_fewest_distinct_chain_values_answer_like_the_reference() {
+        for hi in [0x079c_b303u32, 0x879c_b303, 0x079c_b302, 0x879c_b302] {
+            assert_eq!(
+                {
+                    let mut seen = [0u64; 8];
+                    for &power in &CHAIN_POWERS[..16] {
+                        let bit = (hi | 1).wrapping_mul(power) >> 23;
+                        seen[(bit >> 6) as usize] |= 1 << (bit & 63);
+                    }
+                    seen.iter().map(|w| w.count_ones()).sum::<u32>()
+                },
+                MIN_DISTINCT_IN_16,
+                "{hi:#x}"
+            );
+            for probes in 9..=12u8 {
+                let h = u64::from(hi) << 32 | 0x1234_5678;
+                let probe_bits = reference_probes(h, probes, true);
+                // One line: every key maps to it.
+                let mut full = vec![0u8; LINE_BYTES];
+                for &b in &probe_bits {
+                    full[b / 8] |= 1 << (b % 8);
+                }
+                let mut lines = vec![full.clone()];
+                for &b in &probe_bits {
+                    let mut missing_one = full.clone();
+                    missing_one[b / 8] &= !(1 << (b % 8));
+                    lines.push(missing_one);
+                }
+                for (i, line) in lines.into_iter().enumerate() {
+                    let mut bytes = line;
+                    bytes.extend_from_slice(&1u32.to_le_bytes());
+                    bytes.push(probes);
+                    bytes.push(FORMAT_BLOOM);
+                    let expected = reference_query(&bytes, h);
+                    assert_eq!(expected, i == 0, "k={probes} {hi:#x} line {i}");
+                    let layout = BloomLayout::parse(&bytes).unwrap();
+                    for path in QueryPath::available() {
+                        assert_eq!(
+                            layout.with_path(path).may_contain(&bytes, h),
+                            expected,
+                            "k={probes} {hi:#x} line {i} {path:?}"
+                        );
+                    }
+                }
             }
         }
     }

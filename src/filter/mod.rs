@@ -168,7 +168,8 @@ pub struct Filter {
 
 // SAFETY: `bloom` is either the layout `BloomLayout::parse` accepted for
 // exactly these bytes (`num_lines` lines and then a trailer, so `num_lines *
-// 64 <= len`) or an empty layout (no lines); `bytes` is owned by the filter,
+// 64 <= len`), possibly moved to another path by `with_bloom_path` (which
+// keeps `num_lines`), or an empty layout (no lines); `bytes` is owned by the filter,
 // never modified, and `as_ptr` points to its first byte.
 unsafe impl bloom::BloomLines for Filter {
     #[inline(always)]
@@ -357,9 +358,10 @@ impl Filter {
     /// False only if `key_hash` was certainly not among the built hashes.
     #[inline]
     pub fn may_contain(&self, key_hash: u64) -> bool {
-        // SAFETY: `query` is the function `Filter::new` chose for this
-        // filter: for a Bloom filter, the one its layout's `query_fn` returned
-        // for `Filter` (whose `BloomLines` contract holds, see the impl).
+        // SAFETY: `query` is the function `Filter::new` (or
+        // `with_bloom_path`) chose for this filter: for a Bloom filter, the
+        // one its layout's `query_fn` returned for `Filter`, whose
+        // `BloomLines` contract holds (see the impl).
         unsafe { (self.query)(self, key_hash) }
     }
 
