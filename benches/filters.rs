@@ -6,7 +6,10 @@
 //! hashes (`query_present/...`, `query_absent/...`, throughput in
 //! queries/s) taken from a long array walked in order, so at 1,000,000 keys
 //! the lines touched are cold and the filter (1.25 MB) is larger than the
-//! per-core L2 cache.
+//! per-core L2 cache. sievedb's Bloom and Ribbon filters also get
+//! `query_batch_present/...` and `query_batch_absent/...` rows: the same
+//! batches answered by one `Filter::may_contain_batch` call (a different
+//! API from the single queries, which the other families are measured on).
 //!
 //! The Ribbon filter (`RibbonPolicy::new(10.0)`) aims at the false-positive
 //! rate of the blocked Bloom filter at 10 bits/key (about 0.954%) in about 7
@@ -112,6 +115,44 @@ fn family<F>(
     }
 }
 
+/// Batched queries of a decoded [`Filter`] (`query_batch_present/...`,
+/// `query_batch_absent/...`): the same hashes as the single-query rows,
+/// 1,000 per iteration, answered by one `Filter::may_contain_batch` call
+/// into a reused buffer. Same throughput unit (queries/s).
+fn batch_rows(c: &mut Criterion, name: &str, w: &Workload, filter: &Filter) {
+    let n = w.present.len();
+    let mut out = vec![false; BATCH];
+    filter
+        .may_contain_batch(&w.present[..BATCH.min(n)], &mut out[..BATCH.min(n)])
+        .expect("lengths match");
+    assert!(
+        out[..BATCH.min(n)].iter().all(|&a| a),
+        "{name}: false negative in a batch"
+    );
+    for (op, hashes) in [
+        ("query_batch_present", &w.present),
+        ("query_batch_absent", &w.absent),
+    ] {
+        let mut group = c.benchmark_group(op);
+        group.throughput(Throughput::Elements(BATCH as u64));
+        let mut pos = 0usize;
+        group.bench_function(BenchmarkId::new(name, n), |b| {
+            b.iter(|| {
+                if pos + BATCH > hashes.len() {
+                    pos = 0;
+                }
+                let batch = &hashes[pos..pos + BATCH];
+                pos += BATCH;
+                filter
+                    .may_contain_batch(black_box(batch), &mut out)
+                    .expect("lengths match");
+                out.iter().filter(|&&a| a).count()
+            })
+        });
+        group.finish();
+    }
+}
+
 /// sievedb's blocked Bloom filter, queried as a table does: decoded once
 /// into a [`Filter`], then `Filter::may_contain`.
 fn bloom(c: &mut Criterion, w: &Workload) {
@@ -123,6 +164,7 @@ fn bloom(c: &mut Criterion, w: &Workload) {
         |hashes| Filter::decode(policy.build(hashes)),
         |filter, h| filter.may_contain(h),
     );
+    batch_rows(c, "bloom", w, &Filter::decode(policy.build(&w.present)));
 }
 
 /// The same filter forced onto another query path: `avx2` (what CPUs
@@ -167,6 +209,7 @@ fn ribbon(c: &mut Criterion, w: &Workload) {
         |hashes| Filter::decode(policy.build(hashes)),
         |filter, h| filter.may_contain(h),
     );
+    batch_rows(c, "ribbon", w, &Filter::decode(bytes));
 }
 
 /// The same Ribbon filter on the portable query path (parity by multiply),

@@ -402,6 +402,18 @@ impl BloomLayout {
         Some(self.with_path(path))
     }
 
+    /// The index of the line `key_hash` maps to (the line every query of it
+    /// reads), or `None` for a filter with no lines. Always below
+    /// [`num_lines`](Self::num_lines). Batched queries use it to prefetch a
+    /// key's line ahead of the query.
+    #[inline(always)]
+    pub(crate) fn line_index(&self, key_hash: u64) -> Option<usize> {
+        if self.num_lines == 0 {
+            return None;
+        }
+        Some(fastrange32(key_hash as u32, self.num_lines) as usize)
+    }
+
     /// Whether a key's probes are distinct bits (format [`FORMAT_BLOOM`]) or
     /// were drawn with replacement (the first format, [`FORMAT_BLOOM_V1`]).
     pub fn distinct_probes(&self) -> bool {
