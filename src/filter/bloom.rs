@@ -112,7 +112,7 @@ const PROBE_POWERS: [u32; 32] = {
 };
 
 /// `PROBE_MULTIPLIER^i` for `i` in `0..CHAIN_LIMIT`: the chain values a
-/// key's distinct probes are drawn from (see [`distinct_probe_mask`]).
+/// key's distinct probes are drawn from (see [`visit_distinct_probes`]).
 const CHAIN_POWERS: [u32; CHAIN_LIMIT] = {
     let mut powers = [1u32; CHAIN_LIMIT];
     let mut i = 1;
@@ -468,7 +468,7 @@ impl BloomLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProbeScheme {
     /// Format [`FORMAT_BLOOM`]: the first `probes` *distinct* values of the
-    /// multiply chain (see [`distinct_probe_mask`]).
+    /// multiply chain (see [`visit_distinct_probes`]).
     Distinct,
     /// Format [`FORMAT_BLOOM_V1`]: the first `probes` values of the chain,
     /// repeats included.
