@@ -99,11 +99,7 @@ fn family<F>(
         let mut pos = 0usize;
         group.bench_function(BenchmarkId::new(name, n), |b| {
             b.iter(|| {
-                if pos + BATCH > hashes.len() {
-                    pos = 0;
-                }
-                let batch = &hashes[pos..pos + BATCH];
-                pos += BATCH;
+                let batch = next_batch(&mut pos, hashes);
                 let mut hits = 0usize;
                 for &h in batch {
                     hits += usize::from(query(&filter, black_box(h)));
@@ -113,6 +109,17 @@ fn family<F>(
         });
         group.finish();
     }
+}
+
+/// The next `BATCH` hashes of `hashes` from `pos`, wrapping to the start
+/// when fewer are left.
+fn next_batch<'a>(pos: &mut usize, hashes: &'a [u64]) -> &'a [u64] {
+    if *pos + BATCH > hashes.len() {
+        *pos = 0;
+    }
+    let batch = &hashes[*pos..*pos + BATCH];
+    *pos += BATCH;
+    batch
 }
 
 /// Batched queries of a decoded [`Filter`] (`query_batch_present/...`,
@@ -138,11 +145,7 @@ fn batch_rows(c: &mut Criterion, name: &str, w: &Workload, filter: &Filter) {
         let mut pos = 0usize;
         group.bench_function(BenchmarkId::new(name, n), |b| {
             b.iter(|| {
-                if pos + BATCH > hashes.len() {
-                    pos = 0;
-                }
-                let batch = &hashes[pos..pos + BATCH];
-                pos += BATCH;
+                let batch = next_batch(&mut pos, hashes);
                 filter
                     .may_contain_batch(black_box(batch), &mut out)
                     .expect("lengths match");

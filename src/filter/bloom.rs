@@ -123,6 +123,18 @@ const CHAIN_POWERS: [u32; CHAIN_LIMIT] = {
     powers
 };
 
+/// The mean number of keys per line at `bits_per_key`, for the
+/// false-positive theory; `None` when the rate is simply 1: no probes, a
+/// non-positive or NaN size, or over 100,000 keys per line (every line
+/// saturated).
+fn keys_per_line(bits_per_key: f64, probes: u32) -> Option<f64> {
+    if bits_per_key.is_nan() || bits_per_key <= 0.0 || probes == 0 {
+        return None;
+    }
+    let lambda = LINE_BITS as f64 / bits_per_key;
+    (lambda <= 100_000.0).then_some(lambda)
+}
+
 /// The probe count that minimises the false-positive rate of a 512-bit
 /// blocked Bloom filter at `bits_per_key` (RocksDB's measured table).
 pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
@@ -161,13 +173,9 @@ pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
 /// 0.005 bits/key (over 100,000 keys per line) every line is saturated and
 /// the rate is returned as 1.
 pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
-    if bits_per_key.is_nan() || bits_per_key <= 0.0 || probes == 0 {
+    let Some(lambda) = keys_per_line(bits_per_key, probes) else {
         return 1.0;
-    }
-    let lambda = LINE_BITS as f64 / bits_per_key;
-    if lambda > 100_000.0 {
-        return 1.0;
-    }
+    };
     let k = probes.min(MAX_PROBES) as usize;
     let m = LINE_BITS as usize;
     // hit[u][x]: probability that a key's k distinct probes cover exactly
@@ -222,13 +230,9 @@ pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
 /// 0.005 bits/key (over 100,000 keys per line) every line is saturated and
 /// the rate is returned as 1.
 pub fn blocked_bloom_fp_rate_with_replacement(bits_per_key: f64, probes: u32) -> f64 {
-    if bits_per_key.is_nan() || bits_per_key <= 0.0 || probes == 0 {
+    let Some(lambda) = keys_per_line(bits_per_key, probes) else {
         return 1.0;
-    }
-    let lambda = LINE_BITS as f64 / bits_per_key;
-    if lambda > 100_000.0 {
-        return 1.0;
-    }
+    };
     let k = probes.min(MAX_PROBES) as usize;
     let m = LINE_BITS as f64;
 
