@@ -3,6 +3,9 @@
 //! (nothing written, no panic) when the answer slice does not match the
 //! input.
 
+mod common;
+
+use common::ExactSet;
 use std::sync::Arc;
 
 use sievedb::filter::bloom::build_v1;
@@ -121,30 +124,6 @@ fn batch_answers_equal_single_answers_for_undecodable_bytes() {
         let mut out = vec![false; input.len()];
         filter.may_contain_batch(&input, &mut out).unwrap();
         assert!(out.iter().all(|&a| a));
-    }
-}
-
-/// A user policy that stores the exact set of hashes, so that its answers
-/// (no false positives) show its own code ran.
-struct ExactSet;
-
-impl FilterPolicy for ExactSet {
-    fn name(&self) -> &str {
-        "user.ExactSet"
-    }
-    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
-        let mut sorted = key_hashes.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        sorted.iter().flat_map(|h| h.to_le_bytes()).collect()
-    }
-    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
-        if !filter.len().is_multiple_of(8) {
-            return true;
-        }
-        filter
-            .chunks_exact(8)
-            .any(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")) == key_hash)
     }
 }
 

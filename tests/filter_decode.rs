@@ -2,6 +2,9 @@
 //! bytes alone; damaged or unknown bytes never panic, answer "may contain"
 //! and are counted; custom policies decode by name.
 
+mod common;
+
+use common::ExactSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sievedb::filter::bloom::TRAILER_BYTES;
@@ -175,30 +178,6 @@ fn damaged_trailer_or_unknown_format_may_contain_everything_and_is_counted() {
         assert_unfiltered(bytes, what);
     }
     assert_eq!(undecodable_filters() - before, cases.len() as u64 * 5);
-}
-
-/// A user policy: the exact set of hashes, sorted, 8 bytes each.
-struct ExactSet;
-
-impl FilterPolicy for ExactSet {
-    fn name(&self) -> &str {
-        "user.ExactSet"
-    }
-    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
-        let mut sorted = key_hashes.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        sorted.iter().flat_map(|h| h.to_le_bytes()).collect()
-    }
-    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
-        if !filter.len().is_multiple_of(8) {
-            return true;
-        }
-        let mut words = filter
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
-        words.any(|w| w == key_hash)
-    }
 }
 
 #[test]

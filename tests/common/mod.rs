@@ -58,3 +58,29 @@ impl Rng {
 pub fn key(i: u64) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
+
+/// A user policy that stores the exact set of hashes (sorted, deduplicated,
+/// 8 bytes each, little endian), so that its answers (no false positives)
+/// show that its own code ran. Bytes that are not whole hashes answer
+/// "may contain".
+pub struct ExactSet;
+
+impl FilterPolicy for ExactSet {
+    fn name(&self) -> &str {
+        "user.ExactSet"
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        let mut sorted = key_hashes.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        sorted.iter().flat_map(|h| h.to_le_bytes()).collect()
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        if !filter.len().is_multiple_of(8) {
+            return true;
+        }
+        filter.chunks_exact(8).any(|c| {
+            u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) == key_hash
+        })
+    }
+}
