@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{
-    BuildKnobs, RibbonLayout, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS, TRAILER_BYTES,
+    BuildKnobs, RibbonLayout, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS, TRAILER_BYTES,
 };
 use sievedb::filter::{
     self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
@@ -601,24 +601,33 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
     assert_no_false_negatives(&bytes, &one);
 }
 
-/// Back substitution with the portable parity writes the same bytes as with
-/// POPCNT, for whole and fractional result bits.
+/// Every back substitution (AVX-512 when the CPU has it, scalar with POPCNT,
+/// scalar with the portable parity) writes the same bytes, for whole and
+/// fractional result bits and for column counts that fill one, two and
+/// four AVX-512 register pairs.
 #[test]
-fn popcnt_and_portable_builds_are_identical() {
+fn every_back_substitution_writes_the_same_bytes() {
     let keys = hashes(50_000, 3);
-    for policy in [
-        RibbonPolicy::new(10.0),
-        RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap(),
-    ] {
+    let mut policies = vec![RibbonPolicy::new(10.0)];
+    for p in [1.0 / 256.0, 0.3, 1e-3, 2f64.powi(-9), 2f64.powi(-17), 1e-12] {
+        policies.push(RibbonPolicy::with_fp_rate(p).unwrap());
+    }
+    for policy in policies {
         let (fast, _) = policy.build_with(&keys, BuildKnobs::default());
-        let portable = BuildKnobs {
-            portable_parity: true,
-            ..BuildKnobs::default()
-        };
-        let (slow, _) = policy.build_with(&keys, portable);
         assert_eq!(fast[fast.len() - 1], FORMAT_RIBBON);
-        assert!(fast == slow, "bytes differ");
-        assert_no_false_negatives(&slow, &keys);
+        for path in [SolvePath::Scalar, SolvePath::Portable] {
+            let knobs = BuildKnobs {
+                solve_path: path,
+                ..BuildKnobs::default()
+            };
+            let (slow, _) = policy.build_with(&keys, knobs);
+            assert!(
+                fast == slow,
+                "bytes differ: {path:?}, p = {}",
+                policy.fp_rate()
+            );
+        }
+        assert_no_false_negatives(&fast, &keys);
     }
 }
 

@@ -160,6 +160,8 @@ use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
+mod backsub;
+
 /// Slots per block, and bits per coefficient row.
 const W: usize = 128;
 const WORD_BYTES: usize = W / 8;
@@ -1468,9 +1470,8 @@ pub struct BuildKnobs {
     pub max_seeds: u32,
     /// Keys per shard to aim at.
     pub shard_keys: usize,
-    /// Back substitution with the portable parity even when the CPU has
-    /// POPCNT (the bytes must come out identical).
-    pub portable_parity: bool,
+    /// The back substitution to use (every one must write the same bytes).
+    pub solve_path: SolvePath,
 }
 
 impl Default for BuildKnobs {
@@ -1479,7 +1480,7 @@ impl Default for BuildKnobs {
             overhead: None,
             max_seeds: MAX_SEEDS,
             shard_keys: SHARD_KEYS,
-            portable_parity: false,
+            solve_path: SolvePath::Fastest,
         }
     }
 }
@@ -1726,7 +1727,7 @@ impl RibbonPolicy {
                     upper,
                     shard.upper_start_block as usize,
                     &mut out[at..at + len],
-                    knobs.portable_parity,
+                    knobs.solve_path,
                 );
             }
         }
@@ -1913,59 +1914,89 @@ impl Band {
     }
 
     /// Back substitution into the interleaved layout `out` (exactly the
-    /// shard's solution bytes).
-    fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8], portable: bool) {
+    /// shard's solution bytes): AVX-512 when the CPU has it, else the scalar
+    /// solver with POPCNT when it has that, else the portable parity (all
+    /// write the same bytes; `path` forces a slower one for tests).
+    fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8], path: SolvePath) {
+        let mut layout = Interleaved128 {
+            out,
+            block_end: None,
+            upper_start_block,
+            upper: upper as usize,
+        };
+        let columns = upper as usize;
         #[cfg(target_arch = "x86_64")]
-        if !portable && has_popcnt() {
+        if path == SolvePath::Fastest && cpu_has_avx512() {
+            // SAFETY: `cpu_has_avx512` just confirmed AVX-512 F, VBMI2 and
+            // VPOPCNTDQ, all `solve_avx512` needs.
+            return unsafe {
+                backsub::solve_avx512(&self.coeffs, &self.results, columns, &mut layout)
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if path != SolvePath::Portable && has_popcnt() {
             // SAFETY: `solve_popcnt` only enables the `popcnt` target
             // feature, and `has_popcnt` just confirmed this CPU supports it.
-            return unsafe { self.solve_popcnt(upper, upper_start_block, out) };
+            return unsafe { self.solve_popcnt(columns, &mut layout) };
         }
-        self.solve_with(upper, upper_start_block, out, parity_mul)
+        backsub::solve_scalar(
+            &self.coeffs,
+            &self.results,
+            columns,
+            parity_mul,
+            &mut layout,
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "popcnt")]
-    fn solve_popcnt(&self, upper: u32, upper_start_block: usize, out: &mut [u8]) {
-        self.solve_with(upper, upper_start_block, out, parity_popcnt)
+    fn solve_popcnt(&self, columns: usize, layout: &mut Interleaved128<'_>) {
+        backsub::solve_scalar(&self.coeffs, &self.results, columns, parity_popcnt, layout)
     }
+}
 
-    #[inline(always)]
-    fn solve_with(
-        &self,
-        upper: u32,
-        upper_start_block: usize,
-        out: &mut [u8],
-        parity64: impl Fn(u64) -> u32,
-    ) {
-        let num_blocks = self.coeffs.len() / W;
-        let lower = upper - 1;
-        // state[j] bit i = column j of slot (current + i).
-        let mut state = [0u128; MAX_COLUMNS as usize];
-        let state = &mut state[..upper as usize];
-        let mut block_end = out.len();
-        for block in (0..num_blocks).rev() {
-            for slot in (block * W..(block + 1) * W).rev() {
-                let coeff = self.coeffs[slot];
-                let result = self.results[slot];
-                for (j, s) in state.iter_mut().enumerate() {
-                    *s <<= 1;
-                    // Bit 0 of `*s` is 0 here, so bit 0 of `coeff` adds nothing.
-                    *s |= ((parity64(fold(coeff & *s)) ^ (result >> j)) & 1) as u128;
-                }
-            }
-            let columns = if block < upper_start_block {
-                lower
-            } else {
-                upper
-            } as usize;
-            let block_start = block_end - columns * WORD_BYTES;
-            for (j, s) in state[..columns].iter().enumerate() {
-                let at = block_start + j * WORD_BYTES;
-                out[at..at + WORD_BYTES].copy_from_slice(&s.to_le_bytes());
-            }
-            block_end = block_start;
+/// Which back substitution a build uses (tests compare their bytes).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SolvePath {
+    /// AVX-512 if the CPU has it, else scalar with POPCNT if it has that,
+    /// else portable.
+    Fastest,
+    /// Scalar, with POPCNT if the CPU has it.
+    Scalar,
+    /// Scalar with the portable parity.
+    Portable,
+}
+
+/// Writes solved words into a shard's interleaved solution: block `b` (128
+/// slots, 64-slot blocks `2b` and `2b + 1`) holds one 16-byte word per
+/// column, `upper - 1` columns below `upper_start_block`, `upper` from it.
+struct Interleaved128<'a> {
+    /// Exactly the shard's solution bytes.
+    out: &'a mut [u8],
+    /// Where the block after the one being written starts (`None`: the end).
+    block_end: Option<usize>,
+    upper_start_block: usize,
+    upper: usize,
+}
+
+impl backsub::Solution for Interleaved128<'_> {
+    fn emit(&mut self, q: usize, low: &[u64], high: &[u64]) {
+        if q % 2 == 1 {
+            // The first half of a 128-slot block: its words are `high` when
+            // block `q - 1` is emitted.
+            return;
         }
+        let block = q / 2;
+        let columns = self.upper - usize::from(block < self.upper_start_block);
+        let end = self.block_end.unwrap_or(self.out.len());
+        let start = end - columns * WORD_BYTES;
+        for (j, (&lo, &hi)) in low.iter().zip(high).take(columns).enumerate() {
+            let word = u128::from(lo) | u128::from(hi) << 64;
+            let at = start + j * WORD_BYTES;
+            self.out[at..at + WORD_BYTES].copy_from_slice(&word.to_le_bytes());
+        }
+        self.block_end = Some(start);
     }
 }
 
