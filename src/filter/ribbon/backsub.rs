@@ -47,6 +47,22 @@ pub(super) trait Solution {
 /// Most columns the solver handles (the filter's maximum).
 const MAX_COLUMNS: usize = super::MAX_COLUMNS as usize;
 
+/// The 64-slot blocks from the last to the first, each with its slots'
+/// `(coefficients, result)` from the last to the first: the order back
+/// substitution visits them in.
+#[inline(always)]
+fn blocks_from_last<'a>(
+    coeffs: &'a [u128],
+    results: &'a [u32],
+) -> impl Iterator<Item = (usize, impl Iterator<Item = (u128, u32)> + 'a)> + 'a {
+    coeffs
+        .chunks_exact(64)
+        .zip(results.chunks_exact(64))
+        .enumerate()
+        .rev()
+        .map(|(q, (c, r))| (q, c.iter().copied().zip(r.iter().copied()).rev()))
+}
+
 /// The scalar solver: `coeffs.len()` must be a multiple of 64 and equal to
 /// `results.len()`, `columns` at most [`MAX_COLUMNS`]. `parity64` is the
 /// parity of a `u64` (POPCNT or portable; same answers).
@@ -63,13 +79,8 @@ pub(super) fn solve_scalar(
     let mut state = [0u128; MAX_COLUMNS];
     let state = &mut state[..columns];
     let (mut low, mut high) = ([0u64; MAX_COLUMNS], [0u64; MAX_COLUMNS]);
-    for (q, (block_coeffs, block_results)) in coeffs
-        .chunks_exact(64)
-        .zip(results.chunks_exact(64))
-        .enumerate()
-        .rev()
-    {
-        for (&coeff, &result) in block_coeffs.iter().zip(block_results).rev() {
+    for (q, slots) in blocks_from_last(coeffs, results) {
+        for (coeff, result) in slots {
             for (j, s) in state.iter_mut().enumerate() {
                 *s <<= 1;
                 let folded = (coeff & *s) as u64 ^ ((coeff & *s) >> 64) as u64;
@@ -136,13 +147,8 @@ mod avx512 {
         let mut high = [zero; G];
         let mut low_words = [0u64; MAX_COLUMNS];
         let mut high_words = [0u64; MAX_COLUMNS];
-        for (q, (block_coeffs, block_results)) in coeffs
-            .chunks_exact(64)
-            .zip(results.chunks_exact(64))
-            .enumerate()
-            .rev()
-        {
-            for (&coeff, &result) in block_coeffs.iter().zip(block_results).rev() {
+        for (q, slots) in super::blocks_from_last(coeffs, results) {
+            for (coeff, result) in slots {
                 let c_low = _mm512_set1_epi64(coeff as i64);
                 let c_high = _mm512_set1_epi64((coeff >> 64) as i64);
                 for g in 0..G {
