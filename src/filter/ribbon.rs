@@ -1782,7 +1782,8 @@ impl Default for RibbonPolicy {
     }
 }
 
-/// Shards banded at once, each in its own band (see [`band_lanes_3`]).
+/// Shards banded at once, each in its own band (see [`band_lanes_3`];
+/// [`run_jobs`] has a function for each count up to this).
 const LANES: usize = 3;
 
 /// Slots per bucket of the counting sort that orders rows by start.
@@ -1928,7 +1929,7 @@ impl Band {
 /// Where a lane stands in its band: the row in progress (coefficient
 /// words, start, result) and the index, in start order, of the key it came
 /// from.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct LaneRow {
     lo: u64,
     hi: u64,
@@ -2199,16 +2200,6 @@ band_lanes!(
     b,
     c
 );
-band_lanes!(
-    /// [`band_lanes_3`] with four lanes.
-    band_lanes_4,
-    4,
-    a,
-    b,
-    c,
-    d
-);
-
 /// Bands the rows of `band` from `at` on, one at a time (the last lane
 /// left); whether the system was solvable.
 fn band_alone(band: &mut Band, at: LaneRow) -> bool {
@@ -2251,7 +2242,6 @@ fn run_jobs(bands: &mut [Band; LANES], jobs: &mut [Job]) -> (usize, bool) {
         1 => (0, band_alone(&mut bands[jobs[0].band], jobs[0].at)),
         2 => lanes(bands, jobs, band_lanes_2),
         3 => lanes(bands, jobs, band_lanes_3),
-        4 => lanes(bands, jobs, band_lanes_4),
         n => unreachable!("{n} jobs"),
     }
 }
@@ -2362,5 +2352,176 @@ mod tests {
         assert!(band.add(row(3)));
         assert!(band.add(row(3)), "same row and result is redundant");
         assert!(!band.add(row(2)), "same row, other result has no solution");
+    }
+
+    fn test_hashes(n: u64, tag: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| super::super::key_hash(&[tag.to_le_bytes(), i.to_le_bytes()].concat()))
+            .collect()
+    }
+
+    /// A shard for the lane tests: keys, slots, seed.
+    type Shard = (Vec<u64>, usize, u8);
+
+    /// Bands `shards` the way the build does, up to [`LANES`] at a time
+    /// through [`run_jobs`], a finished lane taking the next shard, and
+    /// checks each outcome and band against banding the shard alone, one
+    /// row at a time.
+    fn check_lanes_match_one_at_a_time(shards: &[Shard]) -> Vec<bool> {
+        let mut bands: [Band; LANES] = Default::default();
+        let mut jobs: Vec<Job> = Vec::new();
+        let mut outcomes = vec![None; shards.len()];
+        let mut next = 0;
+        let mut check = |band: &Band, shard: usize, solved: bool| {
+            let (keys, slots, seed) = &shards[shard];
+            let mut alone = Band::default();
+            assert_eq!(alone.add_all(keys, *slots, *seed), solved, "shard {shard}");
+            assert!(alone.coeffs == band.coeffs, "shard {shard}: coefficients");
+            assert!(alone.results == band.results, "shard {shard}: results");
+            outcomes[shard] = Some(solved);
+        };
+        loop {
+            while jobs.len() < LANES && next < shards.len() {
+                let band = (0..LANES)
+                    .find(|&b| jobs.iter().all(|job| job.band != b))
+                    .unwrap();
+                let (keys, slots, seed) = &shards[next];
+                bands[band].prepare(keys, *slots, *seed);
+                if bands[band].keys() == 0 {
+                    check(&bands[band], next, true);
+                } else {
+                    jobs.push(Job {
+                        shard: next,
+                        band,
+                        seed: *seed as u32,
+                        at: LaneRow::new(&bands[band], 0),
+                    });
+                }
+                next += 1;
+            }
+            if jobs.is_empty() {
+                break;
+            }
+            let (stopped, solved) = run_jobs(&mut bands, &mut jobs);
+            let job = jobs.swap_remove(stopped);
+            check(&bands[job.band], job.shard, solved);
+        }
+        outcomes.into_iter().map(Option::unwrap).collect()
+    }
+
+    #[test]
+    fn lanes_band_like_one_shard_at_a_time() {
+        // Lanes of very different lengths finish at different times (one
+        // key, a few, thousands); every lane count from LANES down to one
+        // runs.
+        let sizes = [1u64, 3_000, 2, 700, 5_000, 40, 1, 2_500, 0, 4_000];
+        let shards: Vec<Shard> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let slots = (((n as f64 * 1.03) as usize).div_ceil(W) * W).max(W);
+                (test_hashes(n, i as u64), slots, i as u8)
+            })
+            .collect();
+        let solved = check_lanes_match_one_at_a_time(&shards);
+        assert!(solved.iter().all(|&s| s), "{solved:?}");
+    }
+
+    #[test]
+    fn lanes_fail_and_find_redundant_rows_like_one_shard_at_a_time() {
+        let unique = test_hashes(3_000, 77);
+        let mut with_duplicates = unique.clone();
+        with_duplicates.extend_from_slice(&unique[..1_500]);
+        with_duplicates.extend_from_slice(&unique[2_000..]);
+        let mut shards: Vec<Shard> = Vec::new();
+        for seed in 0..4u8 {
+            // Duplicates only: redundant rows inside a lane, solvable.
+            shards.push((with_duplicates.clone(), 3_200, seed));
+            // Too few slots: the lane fails part-way, while others run on.
+            shards.push((test_hashes(2_000, 5 + seed as u64), 1_920, seed));
+            // Tight: some seeds fail near the end of the band.
+            shards.push((test_hashes(3_000, 9), 3_072, seed));
+        }
+        let solved = check_lanes_match_one_at_a_time(&shards);
+        for (i, s) in solved.iter().enumerate() {
+            match i % 3 {
+                0 => assert!(s, "duplicates, shard {i}"),
+                1 => assert!(!s, "too few slots, shard {i}"),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn attend_moves_a_row_past_the_low_64_bits() {
+        // A stored row and a new one at the same slot with the same low 64
+        // coefficient bits: the XOR leaves only high bits, a pivot 64 or
+        // more slots on, which `Lane::step` leaves to `attend`.
+        let mut band = Band::default();
+        band.prepare(&[1, 2], 1024, 0);
+        let stored = Row {
+            start: 10,
+            coeff: (0b1010 << 64) | 0xff,
+            result: 6,
+        };
+        assert!(band.add(stored));
+        let row = Row {
+            start: 10,
+            coeff: (0b0110 << 64) | 0xff,
+            result: 5,
+        };
+        let sorted = band.sorted.clone();
+        let at = LaneRow::from_row(row, 0);
+        let moved = attend(
+            &mut band.coeffs,
+            &mut band.results,
+            &sorted,
+            band.num_starts,
+            at,
+        )
+        .expect("moved on");
+        assert_eq!(moved.index, 0, "same key");
+        assert_eq!(moved.start, 10 + 64 + 2);
+        assert_eq!((moved.lo, moved.hi, moved.result), (0b11, 0, 3));
+        // The same row again is redundant: on to the next key's row.
+        let next = attend(
+            &mut band.coeffs,
+            &mut band.results,
+            &sorted,
+            band.num_starts,
+            LaneRow::from_row(stored, 0),
+        )
+        .expect("next key");
+        assert_eq!(next.index, 1);
+        assert_eq!(next.row().coeff, band.row(1).coeff);
+        // Redundant on the last key: done; inconsistent: no solution.
+        let last = LaneRow::from_row(stored, 1);
+        assert_eq!(
+            attend(
+                &mut band.coeffs,
+                &mut band.results,
+                &sorted,
+                band.num_starts,
+                last
+            ),
+            Err(true)
+        );
+        let inconsistent = LaneRow::from_row(
+            Row {
+                result: 7,
+                ..stored
+            },
+            0,
+        );
+        assert_eq!(
+            attend(
+                &mut band.coeffs,
+                &mut band.results,
+                &sorted,
+                band.num_starts,
+                inconsistent
+            ),
+            Err(false)
+        );
     }
 }
