@@ -1967,15 +1967,19 @@ impl LaneRow {
 /// its keys' seeded hashes in start order, the row in progress and the
 /// next key's row.
 struct Lane<'a> {
-    coeffs: &'a mut [u128],
-    results: &'a mut [u32],
+    /// The band's `coeffs` and `results` (`slots` each), as raw pointers:
+    /// the row in progress is at `slot`, a pointer into `coeffs`, so that
+    /// the dependent chain of steps needs no base register per lane.
+    coeffs: *mut u128,
+    results: *mut u32,
+    slots: usize,
     /// `Band::sorted`, with the trailing zero hash.
     sorted: &'a [u64],
     num_starts: u64,
-    /// The row in progress.
+    /// The row in progress: coefficient words, `&coeffs[start]`, result.
     lo: u64,
     hi: u64,
-    start: usize,
+    slot: *mut u128,
     result: u32,
     /// The row of the next key, computed when the current one started (off
     /// the chain of dependent steps), and where the hash after it is: the
@@ -1985,25 +1989,31 @@ struct Lane<'a> {
     next: usize,
     /// Set when the lane has stopped: whether its system was solvable.
     solved: Option<bool>,
+    band: std::marker::PhantomData<&'a mut [u128]>,
 }
 
 impl<'a> Lane<'a> {
     /// The lane of prepared `band` at `at` (a key of the band).
     fn new(band: &'a mut Band, at: LaneRow) -> Lane<'a> {
-        assert!(at.index < band.keys() && band.results.len() == band.coeffs.len());
+        let slots = band.coeffs.len();
+        assert!(at.index < band.keys() && band.results.len() == slots && at.start < slots);
         let pending = band.sorted[at.index + 1];
+        let coeffs = band.coeffs.as_mut_ptr();
         Lane {
-            coeffs: &mut band.coeffs,
-            results: &mut band.results,
+            coeffs,
+            results: band.results.as_mut_ptr(),
+            slots,
             sorted: &band.sorted,
             num_starts: band.num_starts,
             lo: at.lo,
             hi: at.hi,
-            start: at.start,
+            // SAFETY: `at.start < slots` (asserted).
+            slot: unsafe { coeffs.add(at.start) },
             result: at.result,
             pending,
             next: at.index + 2,
             solved: None,
+            band: std::marker::PhantomData,
         }
     }
 
@@ -2011,10 +2021,17 @@ impl<'a> Lane<'a> {
         LaneRow {
             lo: self.lo,
             hi: self.hi,
-            start: self.start,
+            start: self.start(),
             result: self.result,
             index: self.next - 2,
         }
+    }
+
+    /// The start slot of the row in progress.
+    #[inline(always)]
+    fn start(&self) -> usize {
+        // SAFETY: `slot` points into `coeffs`, at or after its start.
+        unsafe { self.slot.offset_from(self.coeffs) as usize }
     }
 
     /// One elimination step (the scalar [`step_in`], on the lane's row):
@@ -2031,17 +2048,18 @@ impl<'a> Lane<'a> {
         // stays in its 128-slot window, which `num_starts` keeps inside the
         // band), and `next <= sorted.len()`. Unchecked indexing measured
         // 1.1x faster builds.
-        let at = self.start;
-        debug_assert!(at < self.coeffs.len() && self.next <= self.sorted.len());
-        // SAFETY: `at < coeffs.len()` (above).
-        let existing = unsafe { *self.coeffs.get_unchecked(at) };
+        let slot = self.slot;
+        let at = self.start();
+        debug_assert!(at < self.slots && self.next <= self.sorted.len());
+        // SAFETY: `slot` is `&coeffs[at]` with `at < slots` (above).
+        let existing = unsafe { *slot };
         let e_lo = existing as u64;
         if e_lo == 0 {
             // The slot is empty (a stored row has bit 0 set).
-            // SAFETY: `at < coeffs.len() == results.len()` (above).
+            // SAFETY: `at < slots` (above).
             unsafe {
-                *self.coeffs.get_unchecked_mut(at) = ((self.hi as u128) << 64) | self.lo as u128;
-                *self.results.get_unchecked_mut(at) = self.result;
+                *slot = ((self.hi as u128) << 64) | self.lo as u128;
+                *self.results.add(at) = self.result;
             }
             if self.next == self.sorted.len() {
                 self.solved = Some(true);
@@ -2050,7 +2068,8 @@ impl<'a> Lane<'a> {
             let row = row_from_seeded(self.pending, self.num_starts);
             self.lo = row.coeff as u64;
             self.hi = (row.coeff >> 64) as u64;
-            self.start = row.start;
+            // SAFETY: a start is below `num_starts < slots`.
+            self.slot = unsafe { self.coeffs.add(row.start) };
             self.result = row.result;
             // SAFETY: `next < sorted.len()` (checked above).
             self.pending = unsafe { *self.sorted.get_unchecked(self.next) };
@@ -2062,13 +2081,14 @@ impl<'a> Lane<'a> {
             return true;
         }
         let hi = self.hi ^ (existing >> 64) as u64;
-        // SAFETY: `at < results.len()` (above).
-        self.result ^= unsafe { *self.results.get_unchecked(at) };
+        // SAFETY: `at < slots` (above).
+        self.result ^= unsafe { *self.results.add(at) };
         // Below 64, so the 128-bit shift is two instructions (see `step_in`).
         let tz = lo.trailing_zeros() & 63;
         self.lo = (lo >> tz) | ((hi << 1) << (63 - tz));
         self.hi = hi >> tz;
-        self.start = at + tz as usize;
+        // SAFETY: the next pivot is still in the row's window (above).
+        self.slot = unsafe { slot.add(tz as usize) };
         false
     }
 
@@ -2080,17 +2100,21 @@ impl<'a> Lane<'a> {
             return true;
         }
         let state = self.state();
-        match attend(
-            self.coeffs,
-            self.results,
-            self.sorted,
-            self.num_starts,
-            state,
-        ) {
+        // SAFETY: the lane stands for its band's only borrow; these slices
+        // are the band's `coeffs` and `results`, and are dropped before the
+        // lane's pointers are used again.
+        let (coeffs, results) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.coeffs, self.slots),
+                std::slice::from_raw_parts_mut(self.results, self.slots),
+            )
+        };
+        match attend(coeffs, results, self.sorted, self.num_starts, state) {
             Ok(at) => {
                 self.lo = at.lo;
                 self.hi = at.hi;
-                self.start = at.start;
+                // SAFETY: a row's pivot is below `slots`.
+                self.slot = unsafe { self.coeffs.add(at.start) };
                 self.result = at.result;
                 if at.index != state.index {
                     self.pending = self.sorted[at.index + 1];
