@@ -10,8 +10,8 @@
 //! # Self-describing bytes
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
-//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`], still
-//! read) preceded by that format's own small trailer (sizes, probe count or
+//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`] and the
+//! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by that format's own small trailer (sizes, probe count or
 //! seed). A table written under one policy therefore stays readable
 //! after the database switches to another: [`Filter::decode`] and the free
 //! function [`may_contain`] pick the right implementation from the bytes. Empty
@@ -53,9 +53,16 @@ pub const FORMAT_BLOOM: u8 = 0x04;
 /// same bit (about 1.2% more false positives at 10 bits/key). Still read
 /// and queried exactly; no longer built.
 pub const FORMAT_BLOOM_V1: u8 = 0x01;
-/// Format id (last byte) of a standard Ribbon filter.
-pub const FORMAT_RIBBON: u8 = 0x03;
-/// Format id of the first Ribbon version, retired: same layout, but its rows
+/// Format id (last byte) of a standard Ribbon filter (what
+/// [`RibbonPolicy`] builds): its solution is stored in blocks of 64 slots.
+pub const FORMAT_RIBBON: u8 = 0x05;
+/// Format id of the previous Ribbon layout: same rows, sizes, shard table
+/// and trailer, but the solution stored in blocks of 128 slots (16-byte
+/// words). Still read and queried exactly, through a bounds-checked scalar
+/// query; no longer built.
+pub const FORMAT_RIBBON_V3: u8 = 0x03;
+/// Format id of the first Ribbon version, retired: the layout of
+/// [`FORMAT_RIBBON_V3`], but its rows
 /// were derived from the key hash differently, so reading its bytes with the
 /// current code would give false negatives. Such bytes decode as
 /// undecodable ("may contain" for every key, counted in
@@ -193,16 +200,21 @@ unsafe fn query_all(_: &Filter, _: u64) -> bool {
     true
 }
 
-/// The query of a Ribbon filter: a tail call to its layout's query
-/// function.
-///
-/// # Safety
-///
-/// None needed (`unsafe` only to have the type of every query function).
-unsafe fn query_ribbon(filter: &Filter, key_hash: u64) -> bool {
-    match &filter.kind {
-        Kind::Ribbon(layout) => layout.may_contain(filter.bytes.as_slice(), key_hash),
-        _ => filter.may_contain_by_kind(key_hash),
+// SAFETY: `Kind::Ribbon(layout)` is only ever built from
+// `RibbonLayout::parse` of `bytes.as_slice()` (`decode_builtin`), `bytes` is
+// owned by the filter and never modified, and `kind` and `bytes` are not
+// changed after construction (`with_bloom_path` keeps both).
+unsafe impl ribbon::RibbonSource for Filter {
+    #[inline(always)]
+    fn ribbon(&self) -> Option<&ribbon::RibbonLayout> {
+        match &self.kind {
+            Kind::Ribbon(layout) => Some(layout),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn ribbon_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
     }
 }
 
@@ -331,7 +343,7 @@ impl Filter {
                 ),
             },
             Kind::All(_) => (bloom::BloomLayout::empty(), query_all as _),
-            Kind::Ribbon(_) => (bloom::BloomLayout::empty(), query_ribbon as _),
+            Kind::Ribbon(layout) => (bloom::BloomLayout::empty(), layout.query_fn_for::<Filter>()),
             Kind::Custom(_) => (bloom::BloomLayout::empty(), query_custom as _),
         };
         Filter {
@@ -370,7 +382,9 @@ impl Filter {
             Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
                 bloom::BloomLayout::parse(bytes).map(|_| Kind::Bloom)
             }
-            Some(&FORMAT_RIBBON) => ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon),
+            Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => {
+                ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon)
+            }
             Some(_) => None,
         };
         decoded.unwrap_or_else(|| {
@@ -385,7 +399,9 @@ impl Filter {
         // SAFETY: `query` is the function `Filter::new` (or
         // `with_bloom_path`) chose for this filter: for a Bloom filter, the
         // one its layout's `query_fn` returned for `Filter`, whose
-        // `BloomLines` contract holds (see the impl).
+        // `BloomLines` contract holds (see the impl); for a Ribbon filter,
+        // the one its layout's `query_fn_for` returned for `Filter`, whose
+        // `RibbonSource` contract holds (see the impl).
         unsafe { (self.query)(self, key_hash) }
     }
 
@@ -535,7 +551,8 @@ pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
                 true
             }
         },
-        Some(&FORMAT_RIBBON) => match ribbon::RibbonLayout::parse(filter_bytes) {
+        Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => match ribbon::RibbonLayout::parse(filter_bytes)
+        {
             Some(layout) => layout.may_contain(filter_bytes, key_hash),
             None => {
                 UNDECODABLE.fetch_add(1, Ordering::Relaxed);
