@@ -151,7 +151,8 @@ pub enum Unfiltered {
 enum Kind {
     /// A blocked Bloom filter; its layout is [`Filter::bloom`].
     Bloom,
-    Ribbon(ribbon::RibbonLayout),
+    /// A Ribbon filter; its layout is [`Filter::ribbon`].
+    Ribbon,
     Custom(Arc<dyn FilterPolicy>),
     All(Unfiltered),
 }
@@ -166,6 +167,11 @@ pub struct Filter {
     /// The layout of a blocked Bloom filter ([`Kind::Bloom`]), parsed from
     /// `bytes`; for other kinds, that of an empty filter, never read.
     bloom: bloom::BloomLayout,
+    /// The layout of a Ribbon filter ([`Kind::Ribbon`]), parsed from
+    /// `bytes`; for other kinds, that of an empty filter, never read. A
+    /// field rather than the kind's payload, so that the Ribbon query
+    /// function reads it without a branch on the kind.
+    ribbon: ribbon::RibbonLayout,
     /// What [`may_contain`](Self::may_contain) calls, chosen at decode for
     /// the kind (and, for a Bloom filter, by the layout for its scheme,
     /// probe count and the CPU): a point read's filter check is then one
@@ -200,21 +206,25 @@ unsafe fn query_all(_: &Filter, _: u64) -> bool {
     true
 }
 
-// SAFETY: `Kind::Ribbon(layout)` is only ever built from
-// `RibbonLayout::parse` of `bytes.as_slice()` (`decode_builtin`), `bytes` is
-// owned by the filter and never modified, and `kind` and `bytes` are not
-// changed after construction (`with_bloom_path` keeps both).
+// SAFETY: `ribbon` is either `RibbonLayout::empty()` or the layout
+// `RibbonLayout::parse` returned for exactly `bytes.as_slice()`
+// (`decode_builtin`); `bytes` is owned by the filter and never modified,
+// and neither field changes after construction (`with_bloom_path` keeps
+// both). `as_slice` and `as_ptr` start at the same byte, from which
+// `readable_len` bytes (whole initialised lines, at least `len`) are
+// readable.
 unsafe impl ribbon::RibbonSource for Filter {
     #[inline(always)]
-    fn ribbon(&self) -> Option<&ribbon::RibbonLayout> {
-        match &self.kind {
-            Kind::Ribbon(layout) => Some(layout),
-            _ => None,
-        }
+    fn ribbon(&self) -> &ribbon::RibbonLayout {
+        &self.ribbon
     }
     #[inline(always)]
     fn ribbon_bytes(&self) -> &[u8] {
         self.bytes.as_slice()
+    }
+    #[inline(always)]
+    fn readable_len(&self) -> usize {
+        self.bytes.readable_len()
     }
 }
 
@@ -258,7 +268,11 @@ fn prefetch_read<T>(value: &T) {
 /// only if its 64-byte lines are 64-byte aligned in memory. A `Vec<u8>` or a
 /// copy out of a table file is 16-byte aligned at best, and then three lines
 /// in four straddle two cache lines. The bytes are copied once, when the
-/// filter is decoded, into whole aligned lines (the last one zero-padded).
+/// filter is decoded, into whole aligned lines (the last one zero-padded),
+/// followed by one more zeroed line: the narrow AVX-512 Ribbon query may
+/// read up to 64 bytes past the end of the bytes (for a window that does
+/// not use them), and can then skip choosing another address for such
+/// keys (see `RibbonSource::readable_len`).
 #[derive(Clone)]
 struct LineAligned {
     lines: Box<[CacheLine]>,
@@ -272,7 +286,7 @@ struct CacheLine([u8; 64]);
 
 impl LineAligned {
     fn new(bytes: &[u8]) -> LineAligned {
-        let mut lines = vec![CacheLine([0; 64]); bytes.len().div_ceil(64)].into_boxed_slice();
+        let mut lines = vec![CacheLine([0; 64]); bytes.len().div_ceil(64) + 1].into_boxed_slice();
         for (line, chunk) in lines.iter_mut().zip(bytes.chunks(64)) {
             line.0[..chunk.len()].copy_from_slice(chunk);
         }
@@ -294,6 +308,13 @@ impl LineAligned {
         self.lines.as_ptr().cast::<u8>()
     }
 
+    /// Bytes readable from [`as_ptr`](Self::as_ptr): the filter bytes, the
+    /// zero padding of their last line and one more zeroed line.
+    #[inline]
+    fn readable_len(&self) -> usize {
+        self.lines.len() * 64
+    }
+
     /// The filter bytes as a slice.
     #[inline]
     fn as_slice(&self) -> &[u8] {
@@ -310,7 +331,7 @@ impl fmt::Debug for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon(_) => "ribbon",
+            Kind::Ribbon => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -326,12 +347,13 @@ impl Filter {
     /// Decodes built-in filter bytes from the bytes alone.
     pub fn decode(bytes: impl AsRef<[u8]>) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let kind = Self::decode_builtin(bytes.as_slice());
-        Filter::new(bytes, kind)
+        let (kind, ribbon) = Self::decode_builtin(bytes.as_slice());
+        Filter::new(bytes, kind, ribbon)
     }
 
-    /// The filter of `kind` over `bytes`, with its query function.
-    fn new(bytes: LineAligned, kind: Kind) -> Filter {
+    /// The filter of `kind` over `bytes`, with its query function; `ribbon`
+    /// is the layout parsed from `bytes` for [`Kind::Ribbon`], else empty.
+    fn new(bytes: LineAligned, kind: Kind, ribbon: ribbon::RibbonLayout) -> Filter {
         let (bloom, query) = match &kind {
             Kind::Bloom => match bloom::BloomLayout::parse(bytes.as_slice()) {
                 Some(layout) => (layout, layout.query_fn::<Filter>()),
@@ -343,13 +365,17 @@ impl Filter {
                 ),
             },
             Kind::All(_) => (bloom::BloomLayout::empty(), query_all as _),
-            Kind::Ribbon(layout) => (bloom::BloomLayout::empty(), layout.query_fn_for::<Filter>()),
+            Kind::Ribbon => (
+                bloom::BloomLayout::empty(),
+                ribbon.query_fn_for::<Filter>(bytes.readable_len()),
+            ),
             Kind::Custom(_) => (bloom::BloomLayout::empty(), query_custom as _),
         };
         Filter {
             bytes,
             kind,
             bloom,
+            ribbon,
             query,
         }
     }
@@ -365,31 +391,46 @@ impl Filter {
         current: &Arc<dyn FilterPolicy>,
     ) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let kind = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
+        let (kind, ribbon) = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
             Self::decode_builtin(bytes.as_slice())
         } else if current.name() == policy_name {
-            Kind::Custom(Arc::clone(current))
+            (
+                Kind::Custom(Arc::clone(current)),
+                ribbon::RibbonLayout::empty(),
+            )
         } else {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            Kind::All(Unfiltered::Undecodable)
+            (
+                Kind::All(Unfiltered::Undecodable),
+                ribbon::RibbonLayout::empty(),
+            )
         };
-        Filter::new(bytes, kind)
+        Filter::new(bytes, kind, ribbon)
     }
 
-    fn decode_builtin(bytes: &[u8]) -> Kind {
+    /// The kind of built-in filter bytes, and their Ribbon layout (empty
+    /// for other kinds).
+    fn decode_builtin(bytes: &[u8]) -> (Kind, ribbon::RibbonLayout) {
         let decoded = match bytes.last() {
-            None => return Kind::All(Unfiltered::NoFilter),
-            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
-                bloom::BloomLayout::parse(bytes).map(|_| Kind::Bloom)
+            None => {
+                return (
+                    Kind::All(Unfiltered::NoFilter),
+                    ribbon::RibbonLayout::empty(),
+                )
             }
+            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => bloom::BloomLayout::parse(bytes)
+                .map(|_| (Kind::Bloom, ribbon::RibbonLayout::empty())),
             Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => {
-                ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon)
+                ribbon::RibbonLayout::parse(bytes).map(|layout| (Kind::Ribbon, layout))
             }
             Some(_) => None,
         };
         decoded.unwrap_or_else(|| {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            Kind::All(Unfiltered::Undecodable)
+            (
+                Kind::All(Unfiltered::Undecodable),
+                ribbon::RibbonLayout::empty(),
+            )
         })
     }
 
@@ -481,12 +522,12 @@ impl Filter {
     }
 
     /// The answer by a `match` on the kind, without the query function
-    /// (which `query_ribbon` and `query_custom` fall back to should they
-    /// ever be called on another kind; `Filter::new` never does that).
+    /// (which `query_custom` falls back to should it ever be called on
+    /// another kind; `Filter::new` never does that).
     #[inline(never)]
     fn may_contain_by_kind(&self, key_hash: u64) -> bool {
         match &self.kind {
-            Kind::Ribbon(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
+            Kind::Ribbon => self.ribbon.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Custom(policy) => policy.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Bloom => self.bloom.may_contain(self.bytes.as_slice(), key_hash),
             Kind::All(_) => true,
@@ -529,7 +570,7 @@ impl Filter {
     pub fn format_name(&self) -> &str {
         match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon(_) => "ribbon",
+            Kind::Ribbon => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",

@@ -382,9 +382,11 @@ impl Format {
 }
 
 /// What a query needs of one shard, decoded once by [`RibbonLayout::parse`]
-/// so that a query does no byte parsing and no seed arithmetic. 32 bytes:
-/// two per cache line.
+/// so that a query does no byte parsing and no seed arithmetic. 64 bytes,
+/// one cache line, so that the narrow AVX-512 query finds everything of
+/// its key's shard in one line and needs nothing else of the layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
 struct ShardQuery {
     /// XORed into the key hash before the seeded remix.
     seed_mask: u64,
@@ -394,14 +396,25 @@ struct ShardQuery {
     word_offset: u32,
     /// First block that stores `upper_columns` columns.
     upper_start_block: u32,
+    /// `upper_start_block - 1`: the last lower block, whose next block
+    /// stores one column more than itself (-1, no block, when every block
+    /// is an upper one). A block is an upper one iff it is greater, so one
+    /// comparison tells both.
+    last_lower_block: i64,
     /// For the narrow AVX-512 query (format 0x05), by block kind (0: the
-    /// lower blocks, 1: the upper ones, see [`RibbonLayout::kinds`]): block
-    /// `b` of that kind starts at byte `bases[kind] + b * stride`, modulo
-    /// 2^32 (for the upper blocks the base is `word_offset * 8 -
-    /// upper_start_block * 8`, as if the lower blocks had their column count
-    /// too). Exact only when the solution is smaller than 4 GiB, which that
-    /// path requires.
+    /// lower blocks, 1: the upper ones): block `b` of that kind starts at
+    /// byte `bases[kind] + b * strides[kind]`, modulo 2^32 (for the upper
+    /// blocks the base is `word_offset * 8 - upper_start_block * 8`, as if
+    /// the lower blocks had their column count too). Exact only when the
+    /// solution is smaller than 4 GiB, which that path requires.
     bases: [u32; 2],
+    /// Bytes per block of each kind: `columns * 8` (the lower blocks have
+    /// `upper_columns - 1` columns, the upper ones `upper_columns`).
+    strides: [u32; 2],
+    /// `bzhi(0xff, columns)` for each kind: bit `i` selects the block's
+    /// word `i` (the load mask), and the same bits select the result bits a
+    /// key starting in such a block checks (of the first 8).
+    lanes: [u8; 2],
 }
 
 impl ShardQuery {
@@ -416,25 +429,10 @@ impl ShardQuery {
     }
 }
 
-/// The blocks of one column count, for the narrow AVX-512 query (see
-/// [`RibbonLayout::kinds`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BlockKind {
-    /// Bytes per block: `columns * 8`.
-    stride: u32,
-    /// `bzhi(0xff, columns)`: bit `i` selects the block's word `i` (the
-    /// load mask), and the same bits select the result bits a key starting
-    /// in such a block checks (of the first 8).
-    lanes: u8,
-}
-
-impl BlockKind {
-    fn new(columns: u32) -> BlockKind {
-        BlockKind {
-            stride: columns * WORD_BYTES as u32,
-            lanes: ((1u32 << columns.min(8)) - 1) as u8,
-        }
-    }
+/// `bzhi(0xff, columns)`: the lanes of a block of `columns` columns (of
+/// the first 8).
+fn column_lanes(columns: u32) -> u8 {
+    ((1u32 << columns.min(8)) - 1) as u8
 }
 
 /// Parameters of a Ribbon filter read from its trailer and shard table.
@@ -447,11 +445,18 @@ pub struct RibbonLayout {
     format: Format,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
-    /// The lower blocks' column count (`upper_columns - 1`, index 0) and the
-    /// upper blocks' (index 1), for the narrow AVX-512 query.
-    kinds: [BlockKind; 2],
+    /// Whether at least `8 * upper_columns` bytes follow the solution (the
+    /// shard table and trailer: filters of about 5 shards or more), so that
+    /// the narrow AVX-512 query may read the block after its key's next
+    /// block even when that is past the last shard (a block-aligned start
+    /// in the last shard's last possible block, whose window does not use
+    /// it), instead of choosing another block for such starts. For
+    /// [`may_contain`](Self::may_contain) on a slice; a decoded filter
+    /// decides by its own readable length (`query_fn_for`).
+    tail_readable: bool,
     /// Bytes at least this long take the narrow AVX-512 query without
-    /// bounds checks: `table_start` if this layout is one that query covers
+    /// bounds checks: `table_start` (plus `8 * upper_columns` if
+    /// `tail_readable`) if this layout is one that query covers
     /// (`QueryPath::avx512` picks it: format 0x05, 2 to 8 columns, a
     /// solution under 4 GiB), else `usize::MAX` (never).
     unchecked_len: usize,
@@ -473,7 +478,7 @@ impl PartialEq for RibbonLayout {
             && self.table_start == other.table_start
             && self.format == other.format
             && self.shards == other.shards
-            && self.kinds == other.kinds
+            && self.tail_readable == other.tail_readable
             && self.unchecked_len == other.unchecked_len
             && self.path == other.path
     }
@@ -493,16 +498,23 @@ type QueryFn = unsafe fn(&RibbonLayout, &[u8], u64) -> bool;
 ///
 /// # Safety
 ///
-/// When [`ribbon`](Self::ribbon) returns `Some(layout)`, `layout` must be
+/// [`ribbon`](Self::ribbon) must return either [`RibbonLayout::empty`] or
 /// what [`RibbonLayout::parse`] returned for exactly the bytes
 /// [`ribbon_bytes`](Self::ribbon_bytes) returns (possibly moved to another
 /// path by [`RibbonLayout::on_path`]), and those bytes must stay valid and
-/// unmodified while `self` is borrowed.
+/// unmodified while `self` is borrowed. At least
+/// [`readable_len`](Self::readable_len) bytes, never fewer than
+/// `ribbon_bytes().len()`, must be readable from `ribbon_bytes().as_ptr()`,
+/// and that length must not change.
 pub(crate) unsafe trait RibbonSource {
-    /// The filter's layout, `None` if it is not a Ribbon filter.
-    fn ribbon(&self) -> Option<&RibbonLayout>;
+    /// The filter's layout ([`RibbonLayout::empty`] if it is not a Ribbon
+    /// filter).
+    fn ribbon(&self) -> &RibbonLayout;
     /// The bytes the layout was parsed from.
     fn ribbon_bytes(&self) -> &[u8];
+    /// How many bytes from the first of `ribbon_bytes()` may be read (the
+    /// bytes themselves and any readable padding after them).
+    fn readable_len(&self) -> usize;
 }
 
 /// A query function over a decoded filter `F`. Calling one is `unsafe`: it
@@ -661,7 +673,13 @@ impl RibbonLayout {
                 num_starts: shard.num_starts(block_slots),
                 word_offset: shard.word_offset,
                 upper_start_block: shard.upper_start_block,
+                last_lower_block: shard.upper_start_block as i64 - 1,
                 bases: [byte_offset, byte_offset.wrapping_sub(lower_bytes)],
+                strides: [
+                    (upper_columns - 1) * WORD_BYTES as u32,
+                    upper_columns * WORD_BYTES as u32,
+                ],
+                lanes: [column_lanes(upper_columns - 1), column_lanes(upper_columns)],
             });
             next_word += shard.words(upper_columns);
         }
@@ -671,20 +689,41 @@ impl RibbonLayout {
         let path = QueryPath::detect(format, upper_columns, table_start);
         let narrow = format == Format::V5
             && QueryPath::avx512(upper_columns, table_start) == QueryPath::Avx512Narrow;
+        let tail = upper_columns as usize * WORD_BYTES;
+        let tail_readable = bytes.len() - table_start >= tail;
         Some(RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
             format,
             shards: shards.into(),
-            kinds: [
-                BlockKind::new(upper_columns - 1),
-                BlockKind::new(upper_columns),
-            ],
-            unchecked_len: if narrow { table_start } else { usize::MAX },
+            tail_readable,
+            unchecked_len: match (narrow, tail_readable) {
+                (false, _) => usize::MAX,
+                (true, false) => table_start,
+                (true, true) => table_start + tail,
+            },
             path,
             query: path.query_fn(),
         })
+    }
+
+    /// The layout of a filter with no shards, which answers "may contain"
+    /// for every key: what a decoded filter of another kind holds in place
+    /// of a Ribbon layout. Never on the narrow AVX-512 path.
+    pub(crate) fn empty() -> RibbonLayout {
+        let path = QueryPath::Scalar;
+        RibbonLayout {
+            num_shards: 0,
+            upper_columns: 1,
+            table_start: 0,
+            format: Format::V5,
+            shards: Arc::from(Vec::new()),
+            tail_readable: false,
+            unchecked_len: usize::MAX,
+            path,
+            query: path.query_fn(),
+        }
     }
 
     /// Number of shards.
@@ -767,12 +806,19 @@ impl RibbonLayout {
     /// the narrow AVX-512 path, the query itself (reading the solution
     /// without bounds checks, which `F`'s contract allows), so that a query
     /// is one indirect call; on other paths, a call of
-    /// [`may_contain`](Self::may_contain) on `F`'s bytes.
-    pub(crate) fn query_fn_for<F: RibbonSource>(&self) -> SourceQueryFn<F> {
+    /// [`may_contain`](Self::may_contain) on `F`'s bytes. `readable_len` is
+    /// `F`'s [`RibbonSource::readable_len`].
+    pub(crate) fn query_fn_for<F: RibbonSource>(&self, readable_len: usize) -> SourceQueryFn<F> {
         #[cfg(target_arch = "x86_64")]
         if self.path == QueryPath::Avx512Narrow {
-            return query_narrow::<F>;
+            let tail = self.upper_columns as usize * WORD_BYTES;
+            return if readable_len.saturating_sub(self.table_start) >= tail {
+                query_narrow::<F, true>
+            } else {
+                query_narrow::<F, false>
+            };
         }
+        let _ = readable_len;
         query_via_layout::<F>
     }
 
@@ -938,14 +984,21 @@ impl RibbonLayout {
         if bytes.len() < self.unchecked_len {
             return self.may_contain_checked(bytes, key_hash);
         }
-        // SAFETY: `unchecked_len` is `table_start` only for a format 0x05
-        // layout that `QueryPath::avx512` gives the narrow path (else
+        // SAFETY: `unchecked_len` is below `usize::MAX` only for a format
+        // 0x05 layout that `QueryPath::avx512` gives the narrow path (else
         // `usize::MAX`, which no slice length reaches), so this layout,
         // which came from `parse`, meets `narrow_unchecked`'s conditions on
-        // it, and `bytes` has at least `table_start` readable bytes (just
+        // it, and `bytes` has at least `table_start` readable bytes, and
+        // `8 * upper_columns` more if `tail_readable` (`unchecked_len`, just
         // checked); the CPU has every feature `narrow_unchecked` needs (this
         // function's target features).
-        unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+        unsafe {
+            if self.tail_readable {
+                avx512::narrow_unchecked::<true>(self, bytes.as_ptr(), key_hash)
+            } else {
+                avx512::narrow_unchecked::<false>(self, bytes.as_ptr(), key_hash)
+            }
+        }
     }
 
     /// The narrow AVX-512 query's answer for bytes shorter than the solution
@@ -1110,10 +1163,7 @@ impl RibbonLayout {
 ///
 /// None needed (`unsafe` only to have the type of every query function).
 unsafe fn query_via_layout<F: RibbonSource>(filter: &F, key_hash: u64) -> bool {
-    match filter.ribbon() {
-        Some(layout) => layout.may_contain(filter.ribbon_bytes(), key_hash),
-        None => true,
-    }
+    filter.ribbon().may_contain(filter.ribbon_bytes(), key_hash)
 }
 
 /// The narrow AVX-512 query of a decoded filter, with no length check:
@@ -1126,19 +1176,25 @@ unsafe fn query_via_layout<F: RibbonSource>(filter: &F, key_hash: u64) -> bool {
 /// AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-unsafe fn query_narrow<F: RibbonSource>(filter: &F, key_hash: u64) -> bool {
-    let Some(layout) = filter.ribbon() else {
-        return true;
-    };
+unsafe fn query_narrow<F: RibbonSource, const TAIL_READABLE: bool>(
+    filter: &F,
+    key_hash: u64,
+) -> bool {
+    let layout = filter.ribbon();
     debug_assert_eq!(layout.path, QueryPath::Avx512Narrow);
     // SAFETY: `query_fn_for` returns this function only for a layout on the
-    // narrow path, which `parse` (or `on_path`, which keeps the parsed
-    // fields) chooses only for a format 0x05 layout that meets
-    // `narrow_unchecked`'s conditions and only when the CPU has its
-    // features; layouts are not modified after parse. By `F`'s contract the
+    // narrow path, with `TAIL_READABLE` only if `F`'s `readable_len` (which
+    // does not change) is at least `table_start + 8 * upper_columns`;
+    // `parse` (or `on_path`, which keeps the parsed fields) chooses that
+    // path only for a format 0x05 layout that meets `narrow_unchecked`'s
+    // conditions and only when the CPU has its features (`empty()` never
+    // does), and layouts are not modified after that. By `F`'s contract the
     // layout was parsed from exactly `ribbon_bytes()`, whose length `parse`
-    // checked is more than `table_start`.
-    unsafe { avx512::narrow_unchecked(layout, filter.ribbon_bytes().as_ptr(), key_hash) }
+    // checked is at least `table_start`, and `readable_len` bytes are
+    // readable from its first.
+    unsafe {
+        avx512::narrow_unchecked::<TAIL_READABLE>(layout, filter.ribbon_bytes().as_ptr(), key_hash)
+    }
 }
 
 /// Whether this CPU has AVX2 and BMI2 (the Ribbon query's vector path; BMI2
@@ -1234,11 +1290,12 @@ mod avx512 {
     /// 128 slots) with at most 8 upper columns and `layout.table_start <=
     /// u32::MAX` (so that `ShardQuery::bases` are exact; all hold when
     /// `QueryPath::avx512` picked this path for such a layout), `solution`
-    /// points to at least `layout.table_start` readable bytes, and the CPU
-    /// supports AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2.
+    /// points to at least `layout.table_start` readable bytes, and to `8 *
+    /// upper_columns` more if `TAIL_READABLE`, and the CPU supports AVX-512
+    /// F, VL, VBMI2, VPOPCNTDQ and BMI2.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    pub(super) unsafe fn narrow_unchecked(
+    pub(super) unsafe fn narrow_unchecked<const TAIL_READABLE: bool>(
         layout: &RibbonLayout,
         solution: *const u8,
         key_hash: u64,
@@ -1258,21 +1315,27 @@ mod avx512 {
             shard.num_starts,
         );
         let block = row.start / BLOCK_SLOTS;
-        let first_upper = shard.upper_start_block as usize;
-        let upper = usize::from(block >= first_upper);
-        let kind = &layout.kinds[upper];
+        // `block < 2^58`, so the comparisons are exact.
+        let past_last_lower = block as i64 - shard.last_lower_block;
+        let upper = usize::from(past_last_lower > 0);
+        let stride = shard.strides[upper];
+        let lanes = shard.lanes[upper];
+        // The key's result bits: one per column it checks.
+        let expected = row.result as u8 & lanes;
         // Modulo 2^32, exact for solutions below 4 GiB (this path's
         // condition, see `ShardQuery::bases`).
-        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(kind.stride));
-        let (here, stride) = (here as usize, kind.stride as usize);
+        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(stride));
+        let (here, stride) = (here as usize, stride as usize);
         // The next block follows the start block. The one after follows the
         // next block, which stores one column more than the start block
         // when it is the first upper block. With a block-aligned start the
-        // window ends with the next block, which may be the shard's last:
-        // `c` is then the next block again (unused: the shift is 0).
+        // window ends with the next block, which may be the shard's last,
+        // and the block after is unused (the shift is 0): it is then read
+        // anyway if that is harmless (`TAIL_READABLE`), else the next block
+        // is read again.
         let next = here + stride;
-        let edge = usize::from(block + 1 == first_upper) * WORD_BYTES;
-        let last = if row.start % BLOCK_SLOTS == 0 {
+        let edge = usize::from(past_last_lower == 0) * WORD_BYTES;
+        let last = if !TAIL_READABLE && row.start % BLOCK_SLOTS == 0 {
             next
         } else {
             next + stride + edge
@@ -1280,24 +1343,30 @@ mod avx512 {
         let load = |at: usize| {
             // SAFETY: `start < num_starts = 64 * num_blocks - 127`, so the
             // start block and the next are blocks of the shard, and unless
-            // the start is block-aligned (`last == next`) so is the one
-            // after. `kind` is the start block's, so `here` is its first
-            // byte (`parse` set `bases` so, exact below 4 GiB: this path's
-            // condition) and `stride` its `columns * 8` bytes; the next
-            // block starts right after it, and the one after right after
-            // the next, which has `stride` bytes or (`edge`) one word more.
-            // The `columns` words read at each of `here`, `next` and `last`
-            // are therefore words of the shard (the later blocks have at
-            // least `columns` columns), which `parse` checked lie below
-            // `table_start`, within `solution`'s readable bytes (the
-            // caller's contract). `kind.lanes` selects exactly `columns`
-            // lanes (`BlockKind::new`, `columns <= 8`); masked-off lanes
-            // are not accessed.
-            unsafe { _mm512_maskz_loadu_epi64(kind.lanes, solution.add(at).cast::<i64>()) }
+            // the start is block-aligned so is the one after. `upper` is
+            // the start block's kind, so `here` is its first byte (`parse`
+            // set `bases` so, exact below 4 GiB: this path's condition) and
+            // `stride` its `columns * 8` bytes; the next block starts right
+            // after it, and the one after right after the next, which has
+            // `stride` bytes or (`edge`, when it is the first upper block)
+            // one word more. The `columns` words read at each of `here`,
+            // `next` and `last` are therefore words of the shard (the later
+            // blocks have at least `columns` columns), which `parse`
+            // checked lie below `table_start`, within `solution`'s readable
+            // bytes (the caller's contract) -- except `last` for a
+            // block-aligned start in the shard's last possible block, which
+            // is then `next` (`!TAIL_READABLE`), or the shard's end, where
+            // the next shard starts or, for the last shard, at least `8 *
+            // upper_columns` readable bytes follow (`TAIL_READABLE`, the
+            // caller's contract). `lanes` selects exactly `columns` lanes
+            // (`column_lanes`, `columns <= 8`); masked-off lanes are not
+            // accessed.
+            unsafe { _mm512_maskz_loadu_epi64(lanes, solution.add(at).cast::<i64>()) }
         };
         let shift = _mm512_set1_epi64(row.start as i64);
+        // Lanes past the key's columns are zero: even.
         let odd = odd_columns(load(here), load(next), load(last), shift, row.coeff);
-        (odd ^ row.result as u8) & kind.lanes == 0
+        odd == expected
     }
 
     /// Same answer as `RibbonLayout::check_columns`, for any column count:
