@@ -1182,6 +1182,10 @@ unsafe fn query_narrow<F: RibbonSource, const TAIL_READABLE: bool>(
 ) -> bool {
     let layout = filter.ribbon();
     debug_assert_eq!(layout.path, QueryPath::Avx512Narrow);
+    debug_assert!(
+        !TAIL_READABLE
+            || filter.readable_len() >= layout.table_start + layout.upper_columns as usize * 8
+    );
     // SAFETY: `query_fn_for` returns this function only for a layout on the
     // narrow path, with `TAIL_READABLE` only if `F`'s `readable_len` (which
     // does not change) is at least `table_start + 8 * upper_columns`;
