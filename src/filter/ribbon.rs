@@ -1339,7 +1339,7 @@ mod avx512 {
         // is read again.
         let next = here + stride;
         let edge = usize::from(past_last_lower == 0) * WORD_BYTES;
-        let last = if !TAIL_READABLE && row.start % BLOCK_SLOTS == 0 {
+        let last = if !TAIL_READABLE && row.start.is_multiple_of(BLOCK_SLOTS) {
             next
         } else {
             next + stride + edge
