@@ -611,14 +611,20 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
     assert_no_false_negatives(&bytes, &one);
 }
 
-/// Back substitution with the portable parity writes the same bytes as with
-/// POPCNT, for whole and fractional result bits.
+/// Back substitution with the portable parity writes the same bytes as the
+/// default one (eight columns at a time with AVX-512 where the CPU has it,
+/// else POPCNT), for whole and fractional result bits, one to 32 columns
+/// (several passes of eight columns, partial last passes).
 #[test]
 fn popcnt_and_portable_builds_are_identical() {
     let keys = hashes(50_000, 3);
     for policy in [
         RibbonPolicy::new(10.0),
         RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap(),
+        RibbonPolicy::new(16.0),
+        RibbonPolicy::with_fp_rate(2f64.powf(-16.4)).unwrap(),
+        RibbonPolicy::with_fp_rate(1e-12).unwrap(),
+        RibbonPolicy::with_fp_rate(0.6).unwrap(),
     ] {
         let (fast, _) = policy.build_with(&keys, BuildKnobs::default());
         let portable = BuildKnobs {

@@ -1264,8 +1264,78 @@ mod avx512 {
     };
     use std::arch::x86_64::*;
 
-    /// `vpternlogq` truth table: `a ^ (b & c)`.
+    /// `vpternlogq` truth tables: `a ^ (b & c)` and `(a ^ b) & c`.
     const XOR_AND: i32 = 0x78;
+    const XOR_THEN_AND: i32 = 0x28;
+
+    /// Back substitution (`Band::solve_with`, same bytes) for eight columns
+    /// at once: lane `j` of `lo` and `hi` holds column `first + j`'s window
+    /// of the next 128 slots' solution bits (`lo` the first 64), so a slot
+    /// costs one funnel shift and one shift to move the windows by a slot,
+    /// an AND and a `vpternlogq` with the broadcast coefficient halves, one
+    /// `vpopcntq` for the eight parities, and a `vpternlogq` and an OR to
+    /// put the new bits, XORed with the slot's result bits, in bit 0. The
+    /// low 64 bits of the windows after a block's first slot are its words,
+    /// contiguous in the layout: one masked store per block. More than
+    /// eight columns take one pass per eight.
+    #[target_feature(enable = "avx512f,avx512vbmi2,avx512vpopcntdq,bmi2")]
+    pub(super) fn solve(
+        coeffs: &[u128],
+        results: &[u32],
+        upper: usize,
+        upper_start_block: usize,
+        out: &mut [u8],
+    ) {
+        let num_blocks = coeffs.len() / BLOCK_SLOTS;
+        let one = _mm512_set1_epi64(1);
+        for first in (0..upper).step_by(8) {
+            // Lane `j` takes result bit `first + j` (0 from bit 32 up).
+            let bit_of_lane = _mm512_add_epi64(
+                _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+                _mm512_set1_epi64(first as i64),
+            );
+            let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            let mut block_end = out.len();
+            for block in (0..num_blocks).rev() {
+                let slots = block * BLOCK_SLOTS..(block + 1) * BLOCK_SLOTS;
+                for (&coeff, &result) in coeffs[slots.clone()].iter().zip(&results[slots]).rev() {
+                    hi = _mm512_shldi_epi64::<1>(hi, lo);
+                    lo = _mm512_slli_epi64::<1>(lo);
+                    // Bit 0 of `lo` is 0 here, so bit 0 of `coeff` adds
+                    // nothing.
+                    let x = _mm512_ternarylogic_epi64::<XOR_AND>(
+                        _mm512_and_si512(lo, _mm512_set1_epi64(coeff as i64)),
+                        hi,
+                        _mm512_set1_epi64((coeff >> 64) as i64),
+                    );
+                    let result = _mm512_srlv_epi64(_mm512_set1_epi64(result as i64), bit_of_lane);
+                    let bit = _mm512_ternarylogic_epi64::<XOR_THEN_AND>(
+                        _mm512_popcnt_epi64(x),
+                        result,
+                        one,
+                    );
+                    lo = _mm512_or_si512(lo, bit);
+                }
+                let columns = upper - usize::from(block < upper_start_block);
+                let block_start = block_end - columns * WORD_BYTES;
+                if first < columns {
+                    let n = (columns - first).min(8);
+                    let words = &mut out
+                        [block_start + first * WORD_BYTES..block_start + (first + n) * WORD_BYTES];
+                    // SAFETY: `words` is `n` words long and the mask selects
+                    // lanes `0..n`; masked-off lanes are not written.
+                    unsafe {
+                        _mm512_mask_storeu_epi64(
+                            words.as_mut_ptr().cast::<i64>(),
+                            _bzhi_u32(0xff, n as u32) as u8,
+                            lo,
+                        )
+                    };
+                }
+                block_end = block_start;
+            }
+        }
+    }
 
     /// The lanes (columns) of `a`, `b` and `c` whose window has odd parity
     /// against the coefficients: bit `i` for lane `i`.
@@ -1993,6 +2063,20 @@ impl Band {
     /// shard's solution bytes): blocks of 64 slots, one 64-bit word per
     /// column.
     fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8], portable: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if !portable && cpu_has_avx512() {
+            // SAFETY: `cpu_has_avx512` just confirmed every target feature
+            // `avx512::solve` enables.
+            return unsafe {
+                avx512::solve(
+                    &self.coeffs,
+                    &self.results,
+                    upper as usize,
+                    upper_start_block,
+                    out,
+                )
+            };
+        }
         #[cfg(target_arch = "x86_64")]
         if !portable && has_popcnt() {
             // SAFETY: `solve_popcnt` only enables the `popcnt` target
