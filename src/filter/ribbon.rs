@@ -38,8 +38,9 @@
 //! table entry per shard (0.013 bits/key at 8,192 keys per shard). The
 //! table is decoded once, when the filter is parsed, into an array of
 //! per-shard query parameters (seed mask, start count, word offset, first
-//! upper block and the byte offsets of block 0 of each column count), so a
-//! query reads one 32-byte entry of that array instead of parsing bytes.
+//! and last lower block, and for each column count the byte offset of
+//! block 0, the block stride and the load mask), so a query reads one
+//! 64-byte entry of that array instead of parsing bytes.
 //!
 //! The build bands two shards at a time, alternating one elimination step
 //! of each: a single chain of steps is latency-bound (each slot to visit
@@ -55,13 +56,16 @@
 //! in; a key that starts in an upper block only touches upper blocks, so the
 //! whole system is solved with `u` columns and the extra column of the lower
 //! blocks is simply not stored. The share of starts in upper blocks is
-//! chosen so that `f * 2^-u + (1 - f) * 2^-(u-1) = p`.
+//! chosen so that `f * 2^-u + (1 - f) * 2^-(u-1) = p`. Shards are sized in
+//! whole rows' widths (128 slots) and their first upper block is chosen on
+//! that grid, then stored as blocks of 64 slots (twice as many, and twice
+//! the first upper block): the sizes and rates of the 128-slot layout.
 //!
 //! # Layout
 //!
 //! ```text
 //! +-----------------+-----+-------------------+-----------------------------+------------+-------+--------+------+
-//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x03 |
+//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x05 |
 //! | solution        |     | solution          | 13 bytes:                   | (k) u32 LE | cols  | u32 LE | (id) |
 //! |                 |     |                   |  word_offset       u32 LE   |            | u8    |        |      |
 //! |                 |     |                   |  num_blocks        u32 LE   |            | 1..=32|        |      |
@@ -69,18 +73,24 @@
 //! |                 |     |                   |  seed              u8       |            |       |        |      |
 //! +-----------------+-----+-------------------+-----------------------------+------------+-------+--------+------+
 //!
-//! shard solution: blocks 0..num_blocks, block b = cols(b) words of 16 bytes
-//!   cols(b) = upper_cols - 1 if b < upper_start_block, else upper_cols
-//!   word j of block b = column j of slots 128b..128b+128 (u128 LE, bit i =
-//!   slot 128b+i)
-//! word_offset: where the shard's solution starts, in 16-byte words; shards
+//! shard solution: blocks 0..num_blocks of 64 slots, block q = cols(q)
+//!   words of 8 bytes, one after another (column-major within the block)
+//!   cols(q) = upper_cols - 1 if q < upper_start_block, else upper_cols
+//!   word j of block q = column j of slots 64q..64q+64 (u64 LE, bit i =
+//!   slot 64q+i)
+//! word_offset: where the shard's solution starts, in 8-byte words; shards
 //!   are contiguous and in order, the last one ends at the shard table
+//! num_blocks >= 2 (at least one row's width, 128 slots)
 //! crc32 (CRC-32/ISO-HDLC, crc32fast): over the shard table, num_shards and
 //!   upper cols
 //! ```
 //!
-//! Format id 0x03. The first version of this filter used id 0x02 with the
-//! same layout but another row hashing; its bytes are not read (see
+//! Format id 0x05. Format 0x03 had the same rows, sizes, shard table and
+//! trailer, but blocks of 128 slots of 16-byte words (`num_blocks`,
+//! `upper_start_block` and `word_offset` counted in those): still read and
+//! answered exactly, through a bounds-checked scalar query (no vector
+//! code), never built. The first version used id 0x02 with the layout of
+//! 0x03 but another row hashing; its bytes are not read (see
 //! [`FORMAT_RIBBON_V1`](super::FORMAT_RIBBON_V1)).
 //!
 //! The table and trailer carry their own checksum because a damaged seed or
@@ -88,30 +98,45 @@
 //! negatives; with the checksum, such damage decodes to "may contain". The
 //! solution bits themselves are covered by the table's block checksum.
 //!
-//! The solution is interleaved column-major per block of 128 slots, so a
-//! query reads one 16-byte word per column from its start block and, unless
-//! its start is block-aligned, the same column of the next block, which
-//! directly follows: one contiguous run of `2 x cols x 16` bytes (224 bytes,
-//! four or five cache lines, at 7 columns).
+//! `num_starts = 64 * num_blocks - 127`: a key's start is
+//! `fastrange64(h1, num_starts)`, so its 128 slots stay inside its shard.
+//! Its window begins at bit `shift = start % 64` of its start block `q =
+//! start / 64` and spans blocks `q`, `q + 1` and `q + 2` (only `q` and `q +
+//! 1` when `shift` is 0: block `q + 2` then need not exist). Block `q + 1`
+//! starts right after block `q`, and block `q + 2` right after block `q +
+//! 1`, which has one word more than block `q` when `q + 1` is the first
+//! upper block: a query reads `3 x cols x 8` bytes (168 at 7 columns) in
+//! three runs at `here`, `here + stride` and `here + 2 x stride` (+ 8 at
+//! that one block).
+//!
+//! # Query
 //!
 //! On CPUs with AVX-512 F, VL, VBMI2 and VPOPCNTDQ (and BMI2; detected once,
-//! when the layout is parsed) the query checks up to eight columns of both
-//! blocks in zmm registers: two masked 64-byte loads per block (four columns
-//! each; lanes past the last column are neither read nor checked), an AND
-//! and a `vpternlogq` with the key's window per load pair, the two halves of
-//! each column folded with the fingerprint bit, and one `vpopcntq` and one
-//! mask test for all eight parities (`mod avx512`; filters of 2 to 8 upper
-//! columns, rates of 2^-8 and above, take a variant without the chunk loop,
-//! chosen at parse; measured 1.03x-1.28x faster than the AVX2 query in
-//! docs/filters.md). That variant checks once per call that the bytes hold
-//! the whole solution (which `parse` checked covers every read a key can
-//! make) and then reads without bounds checks; its block offset is one
-//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs
-//! with AVX2 the query checks up to eight columns at once: each pair of adjacent columns is one 32-byte
-//! load per block, ANDed with the key's coefficient window, and the eight
-//! parities are compared with the fingerprint in one vector test (`mod
-//! avx2`; measured 1.5x-2.1x faster than the POPCNT query in
-//! docs/filters.md). The scalar query checks the first four columns
+//! when the layout is parsed) the query checks up to eight columns in zmm
+//! registers (`mod avx512`): three masked 64-byte loads, one per block,
+//! lane `j` = column `j` (lanes past the key's columns are neither read
+//! nor checked); two `vpshrdvq` funnel shifts by `start` (the count is
+//! taken mod 64) give each column's 128-slot window as a low and a high
+//! 64-bit word; one `vpandq` and one `vpternlogq` with the broadcast
+//! coefficient halves, one `vpopcntq` and one `vptestmq` give the eight
+//! parities as a mask, compared with the key's result bits. Filters of 2 to
+//! 8 upper columns (rates of 2^-8 and above) whose solution is under 4 GiB
+//! take a variant without a loop and without bounds checks (`parse` has
+//! shown that the blocks a key can read lie in the solution); a decoded
+//! [`Filter`](super::Filter) calls that variant directly through its one
+//! query function pointer, a [`RibbonLayout::may_contain`] call checks the
+//! length of its bytes once first. The block offsets come from values
+//! precomputed at parse (`ShardQuery`): one comparison of the start block
+//! with the last lower block gives both the block kind and whether the
+//! third block is one word further. Other column counts loop over chunks
+//! of eight columns with bounds-checked slices.
+//!
+//! Without AVX-512, on CPUs with AVX2 the query (`mod avx2`) splits the
+//! key's coefficients once into three 64-bit masks (`coeff << shift` over
+//! the three blocks) and checks four columns per chunk: one masked 32-byte
+//! load per block, three ANDs and two XORs, six shift-XORs that bring each
+//! lane's parity to its top bit, and one `vmovmskpd`. The scalar query
+//! does the same one column at a time; it checks the first four columns
 //! without branches and stops there if any disagrees with the fingerprint,
 //! which an absent key does with probability 15/16; one exit branch that is
 //! nearly always right is cheaper than a mispredicted exit per column
@@ -120,10 +145,8 @@
 //! Parity is POPCNT when the CPU has it (run-time detection; the scalar
 //! query and back substitution are then compiled with that target feature),
 //! else a multiply trick; all paths give identical bytes and answers
-//! (tested).
-//!
-//! `num_starts = 128 * num_blocks - 127`: a key's start is
-//! `fastrange64(h1, num_starts)`, so its 128 slots stay inside its shard.
+//! (tested). With AVX-512 the back substitution solves eight columns at
+//! once in zmm registers (`avx512::solve`, same bytes).
 //!
 //! # Hashing
 //!
@@ -736,9 +759,8 @@ impl RibbonLayout {
         self.upper_columns
     }
 
-    /// The format id of the parsed bytes: [`FORMAT_RIBBON`](super::FORMAT_RIBBON)
-    /// (0x05) or the retired [`FORMAT_RIBBON_V3`](super::FORMAT_RIBBON_V3)
-    /// (0x03).
+    /// The format id of the parsed bytes: [`FORMAT_RIBBON`] (0x05) or the
+    /// retired [`FORMAT_RIBBON_V3`] (0x03).
     pub fn format_id(&self) -> u8 {
         match self.format {
             Format::V3 => FORMAT_RIBBON_V3,
