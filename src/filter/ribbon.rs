@@ -616,11 +616,13 @@ impl QueryPath {
 struct Located {
     /// Byte offset of the key's first column word in its start block.
     here: usize,
-    /// Byte offset of the first column word of the next block.
+    /// Bytes from `here` to the first column word of the next block (the
+    /// start block's `columns * 8`).
     next: usize,
-    /// Byte offset of the first column word of the block after that; the
-    /// next block's (`next`) when `shift` is 0, whose window ends with the
-    /// next block (and which then may be the shard's last one).
+    /// Bytes from `here` to the first column word of the block after that
+    /// (`next` plus the next block's size); `next` when `shift` is 0,
+    /// whose window ends with the next block (which then may be the
+    /// shard's last one).
     last: usize,
     /// Result columns of the start block (the later blocks have at least
     /// as many).
@@ -632,6 +634,16 @@ struct Located {
 }
 
 impl Located {
+    /// The bytes the key's columns live in, from `here`: `columns` words at
+    /// offsets 0, `next` and `last`; `None` if `bytes` is too short. One
+    /// bounds check covers the three blocks (`next <= last`).
+    #[inline(always)]
+    fn words<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        bytes
+            .get(self.here..)?
+            .get(..self.last + self.columns * WORD_BYTES)
+    }
+
     /// The key's window `coeff << shift` as three 64-bit masks of the
     /// start block's, the next block's and the last block's words (the
     /// last is 0 when `shift` is 0).
@@ -1048,16 +1060,21 @@ impl RibbonLayout {
         let upper = self.upper_columns as usize;
         let block = row.start / BLOCK_SLOTS;
         let shift = (row.start % BLOCK_SLOTS) as u32;
-        let next = shard.block_word(block + 1, upper) * WORD_BYTES;
+        let first_upper = shard.upper_start_block as usize;
+        let columns = upper - usize::from(block < first_upper);
+        // Blocks are contiguous: the next block follows the start block,
+        // and the one after follows the next block.
+        let next = columns * WORD_BYTES;
+        let next_columns = upper - usize::from(block + 1 < first_upper);
         Some(Located {
             here: shard.block_word(block, upper) * WORD_BYTES,
             next,
             last: if shift == 0 {
                 next
             } else {
-                shard.block_word(block + 2, upper) * WORD_BYTES
+                next + next_columns * WORD_BYTES
             },
-            columns: upper - usize::from(block < shard.upper_start_block as usize),
+            columns,
             shift,
             coeff: row.coeff,
             result: row.result,
@@ -1082,13 +1099,14 @@ impl RibbonLayout {
         // Rather than shifting every solution word into the window, split
         // the coefficients once into a mask per block.
         let [m0, m1, m2] = key.masks();
-        let (Some(a), Some(b), Some(c)) = (
-            bytes.get(key.here..key.here + len),
-            bytes.get(key.next..key.next + len),
-            bytes.get(key.last..key.last + len),
-        ) else {
+        let Some(words) = key.words(bytes) else {
             return true;
         };
+        let (a, b, c) = (
+            &words[..len],
+            &words[key.next..key.next + len],
+            &words[key.last..],
+        );
         let word = |chunk: &[u8]| <[u8; WORD_BYTES]>::try_from(chunk).map(u64::from_le_bytes);
         // Columns are checked in a branch-free group of EARLY_EXIT_COLUMNS,
         // then the rest: `diff` collects mismatching columns.
@@ -1470,12 +1488,7 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
-        let len = key.columns * WORD_BYTES;
-        let (Some(a), Some(b), Some(c)) = (
-            bytes.get(key.here..key.here + len),
-            bytes.get(key.next..key.next + len),
-            bytes.get(key.last..key.last + len),
-        ) else {
+        let Some(words) = key.words(bytes) else {
             return true;
         };
         let shift = _mm512_set1_epi64(key.shift as i64);
@@ -1483,22 +1496,24 @@ mod avx512 {
         while first < key.columns {
             let n = (key.columns - first).min(8);
             let lanes = _bzhi_u32(0xff, n as u32) as u8;
-            let load = |words: &[u8]| {
-                // SAFETY: `first + n <= columns`, so the `n` words from word
-                // `first` of `words` (`columns` words long) are bytes of
-                // `words`; `lanes` selects exactly those `n` lanes, and
-                // masked-off lanes are not accessed.
+            let load = |block: usize| {
+                // SAFETY: `block` is 0, `next` or `last`, and `first + n <=
+                // columns`, so the `n` words from word `first` of that block
+                // end at most at `last + columns * 8 == words.len()` (`next
+                // <= last`, `Located::words`): bytes of `words`. `lanes`
+                // selects exactly those `n` lanes, and masked-off lanes are
+                // not accessed.
                 unsafe {
                     _mm512_maskz_loadu_epi64(
                         lanes,
                         words
                             .as_ptr()
-                            .wrapping_add(first * WORD_BYTES)
+                            .wrapping_add(block + first * WORD_BYTES)
                             .cast::<i64>(),
                     )
                 }
             };
-            let odd = odd_columns(load(a), load(b), load(c), shift, key.coeff);
+            let odd = odd_columns(load(0), load(key.next), load(key.last), shift, key.coeff);
             if (odd ^ (key.result >> first) as u8) & lanes != 0 {
                 return false;
             }
@@ -1539,12 +1554,7 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
-        let len = key.columns * WORD_BYTES;
-        let (Some(a), Some(b), Some(c)) = (
-            bytes.get(key.here..key.here + len),
-            bytes.get(key.next..key.next + len),
-            bytes.get(key.last..key.last + len),
-        ) else {
+        let Some(words) = key.words(bytes) else {
             return true;
         };
         let [m0, m1, m2] = key.masks().map(|m| _mm256_set1_epi64x(m as i64));
@@ -1553,24 +1563,29 @@ mod avx2 {
             let n = (key.columns - first).min(4);
             // SAFETY: `LANES[n]` is 32 readable bytes; the load is unaligned.
             let lanes = unsafe { _mm256_loadu_si256(LANES[n].as_ptr().cast::<__m256i>()) };
-            let load = |words: &[u8]| {
-                // SAFETY: `first + n <= columns`, so the `n` words from word
-                // `first` of `words` (`columns` words long) are bytes of
-                // `words`; `lanes` selects exactly those `n` lanes, and
-                // masked-off lanes are not accessed.
+            let load = |block: usize| {
+                // SAFETY: `block` is 0, `next` or `last`, and `first + n <=
+                // columns`, so the `n` words from word `first` of that block
+                // end at most at `last + columns * 8 == words.len()` (`next
+                // <= last`, `Located::words`): bytes of `words`. `lanes`
+                // selects exactly those `n` lanes, and masked-off lanes are
+                // not accessed.
                 unsafe {
                     _mm256_maskload_epi64(
                         words
                             .as_ptr()
-                            .wrapping_add(first * WORD_BYTES)
+                            .wrapping_add(block + first * WORD_BYTES)
                             .cast::<i64>(),
                         lanes,
                     )
                 }
             };
             let mut x = _mm256_xor_si256(
-                _mm256_xor_si256(_mm256_and_si256(load(a), m0), _mm256_and_si256(load(b), m1)),
-                _mm256_and_si256(load(c), m2),
+                _mm256_xor_si256(
+                    _mm256_and_si256(load(0), m0),
+                    _mm256_and_si256(load(key.next), m1),
+                ),
+                _mm256_and_si256(load(key.last), m2),
             );
             x = _mm256_xor_si256(x, _mm256_slli_epi64::<32>(x));
             x = _mm256_xor_si256(x, _mm256_slli_epi64::<16>(x));
