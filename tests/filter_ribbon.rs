@@ -495,12 +495,14 @@ fn popcnt_and_portable_queries_agree() {
 /// AVX2 and the AVX-512 paths called directly (where the CPU has them) and
 /// from the portable scalar loop, and no present key is rejected: filters of
 /// 1 to 1,000,000 keys, whole and fractional result bits from 0 to 32
-/// columns (the AVX2 path reads columns in pairs and eight at a time, with a
-/// separate path for six to eight columns; the AVX-512 path reads chunks of
-/// up to eight columns with masked loads of four columns; so every count
-/// from 0 to 11 and 16, 17 and 32 cover odd counts, partial and whole
-/// registers, one and several chunks), one-block shards (every start
-/// block-aligned, in the shard's last block) and block-aligned starts in
+/// columns (the AVX2 path reads chunks of four columns, the AVX-512 path
+/// chunks of eight, with masked loads; so every count from 0 to 11 and 16,
+/// 17 and 32 cover odd counts, partial and whole registers, one and several
+/// chunks), shards of one row's width (two 64-slot blocks: every start is
+/// slot 0, block-aligned, and its third block is past the shard: the next
+/// shard's first block, or past the solution for the last shard, which the
+/// one-shard filters of 100 keys also reach through their last start, on
+/// the byte-slice path and through `Filter`) and block-aligned starts in
 /// larger shards.
 #[test]
 fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
@@ -511,7 +513,8 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
         overhead: Some(10.0),
         ..BuildKnobs::default()
     };
-    // One key per shard: every shard is one block, every start slot 0.
+    // One key per shard: every shard is 128 slots (two blocks), every start
+    // slot 0.
     let one_block_shards = BuildKnobs {
         shard_keys: 1,
         ..BuildKnobs::default()
