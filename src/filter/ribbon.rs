@@ -181,7 +181,7 @@
 use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPolicy};
 use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON, FORMAT_RIBBON_V3};
 use crate::error::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Bits per coefficient row (the row width): a key's row covers `W`
 /// consecutive slots from its start.
@@ -747,13 +747,16 @@ impl RibbonLayout {
     /// for every key: what a decoded filter of another kind holds in place
     /// of a Ribbon layout. Never on the narrow AVX-512 path.
     pub(crate) fn empty() -> RibbonLayout {
+        // One shared empty table, so that decoding a filter of another kind
+        // allocates nothing for it.
+        static NO_SHARDS: OnceLock<Arc<[ShardQuery]>> = OnceLock::new();
         let path = QueryPath::Scalar;
         RibbonLayout {
             num_shards: 0,
             upper_columns: 1,
             table_start: 0,
             format: Format::V5,
-            shards: Arc::from(Vec::new()),
+            shards: Arc::clone(NO_SHARDS.get_or_init(|| Arc::from(Vec::new()))),
             tail_readable: false,
             unchecked_len: usize::MAX,
             path,
