@@ -315,26 +315,49 @@ fn truncated_bytes_never_panic_nor_lose_keys() {
 /// every path answers like the portable one and never panics.
 #[test]
 fn a_layout_queried_with_shorter_bytes_answers_like_the_portable_path() {
+    // One shard (too few table bytes after the solution for the narrow
+    // AVX-512 query to read past it), and seven (enough: it then needs the
+    // solution and 8 x columns bytes after it).
     let (keys, bytes) = small_ribbon();
-    let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
-    let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(200)).collect();
-    let solution = bytes.len() - layout.num_shards() as usize * SHARD_ENTRY_BYTES - TRAILER_BYTES;
-    for len in [0, 1, 100, solution / 2, solution - 1, solution, bytes.len()] {
-        let cut = &bytes[..len];
-        for &h in &probes {
-            let portable = layout.may_contain_portable(cut, h);
-            assert_eq!(layout.may_contain(cut, h), portable, "length {len}");
-            assert_eq!(layout.may_contain_scalar(cut, h), portable, "length {len}");
-            for path in [
-                layout.may_contain_avx2_path(cut, h),
-                layout.may_contain_avx512_path(cut, h),
-            ] {
-                assert!(path.is_none_or(|answer| answer == portable), "length {len}");
+    let many = hashes(50_000, 41);
+    let many_bytes = RibbonPolicy::new(10.0).build(&many);
+    for (keys, bytes) in [(keys, bytes), (many, many_bytes)] {
+        let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+        let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(2_000)).collect();
+        let shards = layout.num_shards() as usize;
+        assert!(shards == 1 || shards == 7, "{shards} shards");
+        let solution = bytes.len() - shards * SHARD_ENTRY_BYTES - TRAILER_BYTES;
+        let tail = 8 * layout.upper_columns() as usize;
+        let lengths = [
+            0,
+            1,
+            100,
+            solution / 2,
+            solution - 1,
+            solution,
+            solution + 8,
+            (solution + tail - 1).min(bytes.len()),
+            (solution + tail).min(bytes.len()),
+            bytes.len(),
+        ];
+        for len in lengths {
+            let cut = &bytes[..len];
+            for &h in &probes {
+                let portable = layout.may_contain_portable(cut, h);
+                let name = format!("{shards} shards, length {len}");
+                assert_eq!(layout.may_contain(cut, h), portable, "{name}");
+                assert_eq!(layout.may_contain_scalar(cut, h), portable, "{name}");
+                for path in [
+                    layout.may_contain_avx2_path(cut, h),
+                    layout.may_contain_avx512_path(cut, h),
+                ] {
+                    assert!(path.is_none_or(|answer| answer == portable), "{name}");
+                }
             }
         }
+        // Whole bytes: the key set is found on every path.
+        assert!(keys.iter().all(|&h| layout.may_contain(&bytes, h)));
     }
-    // Whole bytes: the key set is found on every path.
-    assert!(keys.iter().all(|&h| layout.may_contain(&bytes, h)));
 }
 
 #[test]
