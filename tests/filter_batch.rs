@@ -11,7 +11,7 @@ use std::sync::Arc;
 use sievedb::filter::bloom::build_v1;
 use sievedb::filter::{
     key_hash, BloomPolicy, Filter, FilterPolicy, NoFilter, RibbonPolicy, Unfiltered,
-    BATCH_PREFETCH_DISTANCE, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON,
+    BATCH_PREFETCH_DISTANCE, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON, FORMAT_RIBBON_V3,
 };
 use sievedb::Error;
 
@@ -116,7 +116,13 @@ fn batch_answers_equal_single_answers_for_every_builtin_filter() {
 fn batch_answers_equal_single_answers_for_undecodable_bytes() {
     let present = hashes(3, 500);
     let input = mixed(&present, &hashes(4, 500));
-    for last in [FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON, 0xee] {
+    for last in [
+        FORMAT_BLOOM,
+        FORMAT_BLOOM_V1,
+        FORMAT_RIBBON,
+        FORMAT_RIBBON_V3,
+        0xee,
+    ] {
         let bytes = vec![0x5a, 0x00, 0x01, last];
         let filter = Filter::decode(bytes);
         assert_eq!(filter.unfiltered(), Some(Unfiltered::Undecodable));

@@ -6,10 +6,12 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{
-    BuildKnobs, RibbonLayout, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS, TRAILER_BYTES,
+    BuildKnobs, RibbonLayout, RibbonShard, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS,
+    TRAILER_BYTES,
 };
 use sievedb::filter::{
     self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
+    FORMAT_RIBBON_V3,
 };
 
 /// Hashes of `n` distinct keys, `offset` separating independent key sets.
@@ -83,6 +85,8 @@ fn empty_set_rejects_everything() {
 
 #[test]
 fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
+    // What is built: format 0x05 (64-slot blocks); 0x03 is only read.
+    assert_eq!((FORMAT_RIBBON, FORMAT_RIBBON_V3), (0x05, 0x03));
     let policy = RibbonPolicy::new(10.0);
     let small = hashes(700, 1);
     let (bytes, outcome) = policy.build_with(&small, BuildKnobs::default());
@@ -97,6 +101,11 @@ fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
     assert!(!outcome.fell_back_to_bloom);
     assert_eq!(outcome.shards, 1);
     assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
+    let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+    assert_eq!(
+        (layout.format_id(), layout.block_slots()),
+        (FORMAT_RIBBON, 64)
+    );
     assert_no_false_negatives(&bytes, &large);
 }
 
@@ -307,26 +316,49 @@ fn truncated_bytes_never_panic_nor_lose_keys() {
 /// every path answers like the portable one and never panics.
 #[test]
 fn a_layout_queried_with_shorter_bytes_answers_like_the_portable_path() {
+    // One shard (too few table bytes after the solution for the narrow
+    // AVX-512 query to read past it), and seven (enough: it then needs the
+    // solution and 8 x columns bytes after it).
     let (keys, bytes) = small_ribbon();
-    let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
-    let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(200)).collect();
-    let solution = bytes.len() - layout.num_shards() as usize * SHARD_ENTRY_BYTES - TRAILER_BYTES;
-    for len in [0, 1, 100, solution / 2, solution - 1, solution, bytes.len()] {
-        let cut = &bytes[..len];
-        for &h in &probes {
-            let portable = layout.may_contain_portable(cut, h);
-            assert_eq!(layout.may_contain(cut, h), portable, "length {len}");
-            assert_eq!(layout.may_contain_scalar(cut, h), portable, "length {len}");
-            for path in [
-                layout.may_contain_avx2_path(cut, h),
-                layout.may_contain_avx512_path(cut, h),
-            ] {
-                assert!(path.is_none_or(|answer| answer == portable), "length {len}");
+    let many = hashes(50_000, 41);
+    let many_bytes = RibbonPolicy::new(10.0).build(&many);
+    for (keys, bytes) in [(keys, bytes), (many, many_bytes)] {
+        let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
+        let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(2_000)).collect();
+        let shards = layout.num_shards() as usize;
+        assert!(shards == 1 || shards == 7, "{shards} shards");
+        let solution = bytes.len() - shards * SHARD_ENTRY_BYTES - TRAILER_BYTES;
+        let tail = 8 * layout.upper_columns() as usize;
+        let lengths = [
+            0,
+            1,
+            100,
+            solution / 2,
+            solution - 1,
+            solution,
+            solution + 8,
+            (solution + tail - 1).min(bytes.len()),
+            (solution + tail).min(bytes.len()),
+            bytes.len(),
+        ];
+        for len in lengths {
+            let cut = &bytes[..len];
+            for &h in &probes {
+                let portable = layout.may_contain_portable(cut, h);
+                let name = format!("{shards} shards, length {len}");
+                assert_eq!(layout.may_contain(cut, h), portable, "{name}");
+                assert_eq!(layout.may_contain_scalar(cut, h), portable, "{name}");
+                for path in [
+                    layout.may_contain_avx2_path(cut, h),
+                    layout.may_contain_avx512_path(cut, h),
+                ] {
+                    assert!(path.is_none_or(|answer| answer == portable), "{name}");
+                }
             }
         }
+        // Whole bytes: the key set is found on every path.
+        assert!(keys.iter().all(|&h| layout.may_contain(&bytes, h)));
     }
-    // Whole bytes: the key set is found on every path.
-    assert!(keys.iter().all(|&h| layout.may_contain(&bytes, h)));
 }
 
 #[test]
@@ -402,15 +434,17 @@ fn solution_bit_flips_never_panic() {
 #[test]
 fn arbitrary_bytes_ending_in_the_ribbon_id_never_panic() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
-    for len in 0..400usize {
-        let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-        if let Some(last) = bytes.last_mut() {
-            *last = FORMAT_RIBBON;
-        }
-        let decoded = Filter::decode(bytes.clone());
-        for h in absent(10) {
-            let _ = decoded.may_contain(h);
-            let _ = filter::may_contain(&bytes, h);
+    for id in [FORMAT_RIBBON, FORMAT_RIBBON_V3] {
+        for len in 0..400usize {
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            if let Some(last) = bytes.last_mut() {
+                *last = id;
+            }
+            let decoded = Filter::decode(bytes.clone());
+            for h in absent(10) {
+                let _ = decoded.may_contain(h);
+                let _ = filter::may_contain(&bytes, h);
+            }
         }
     }
 }
@@ -485,12 +519,14 @@ fn popcnt_and_portable_queries_agree() {
 /// AVX2 and the AVX-512 paths called directly (where the CPU has them) and
 /// from the portable scalar loop, and no present key is rejected: filters of
 /// 1 to 1,000,000 keys, whole and fractional result bits from 0 to 32
-/// columns (the AVX2 path reads columns in pairs and eight at a time, with a
-/// separate path for six to eight columns; the AVX-512 path reads chunks of
-/// up to eight columns with masked loads of four columns; so every count
-/// from 0 to 11 and 16, 17 and 32 cover odd counts, partial and whole
-/// registers, one and several chunks), one-block shards (every start
-/// block-aligned, in the shard's last block) and block-aligned starts in
+/// columns (the AVX2 path reads chunks of four columns, the AVX-512 path
+/// chunks of eight, with masked loads; so every count from 0 to 11 and 16,
+/// 17 and 32 cover odd counts, partial and whole registers, one and several
+/// chunks), shards of one row's width (two 64-slot blocks: every start is
+/// slot 0, block-aligned, and its third block is past the shard: the next
+/// shard's first block, or past the solution for the last shard, which the
+/// one-shard filters of 100 keys also reach through their last start, on
+/// the byte-slice path and through `Filter`) and block-aligned starts in
 /// larger shards.
 #[test]
 fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
@@ -501,7 +537,8 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
         overhead: Some(10.0),
         ..BuildKnobs::default()
     };
-    // One key per shard: every shard is one block, every start slot 0.
+    // One key per shard: every shard is 128 slots (two blocks), every start
+    // slot 0.
     let one_block_shards = BuildKnobs {
         shard_keys: 1,
         ..BuildKnobs::default()
@@ -603,13 +640,22 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
 
 /// Every back substitution (AVX-512 when the CPU has it, scalar with POPCNT,
 /// scalar with the portable parity) writes the same bytes, for whole and
-/// fractional result bits and for column counts that fill one, two and
-/// four AVX-512 register pairs.
+/// fractional result bits and 1 to 32 columns (one to four AVX-512 register
+/// pairs, full and partial).
 #[test]
 fn every_back_substitution_writes_the_same_bytes() {
     let keys = hashes(50_000, 3);
-    let mut policies = vec![RibbonPolicy::new(10.0)];
-    for p in [1.0 / 256.0, 0.3, 1e-3, 2f64.powi(-9), 2f64.powi(-17), 1e-12] {
+    let mut policies = vec![RibbonPolicy::new(10.0), RibbonPolicy::new(16.0)];
+    for p in [
+        1.0 / 256.0,
+        0.3,
+        0.6,
+        1e-3,
+        2f64.powi(-9),
+        2f64.powf(-16.4),
+        2f64.powi(-17),
+        1e-12,
+    ] {
         policies.push(RibbonPolicy::with_fp_rate(p).unwrap());
     }
     for policy in policies {
@@ -648,5 +694,144 @@ fn first_version_format_id_is_not_read() {
     for &h in keys.iter().take(100).chain(absent(1000).iter()) {
         assert!(decoded.may_contain(h));
         assert!(filter::may_contain(&bytes, h));
+    }
+}
+
+/// The same filter in the layout of format 0x03, which stored the solution
+/// in blocks of 128 slots (one 16-byte word per column: the words of two
+/// 64-slot blocks of format 0x05, low half first) with the same rows,
+/// sizes, shard table and trailer. Built filters have an even number of
+/// 64-slot blocks per shard and an even first upper block (they are sized
+/// in whole rows' widths), so the conversion is exact.
+fn to_format_0x03(bytes: &[u8]) -> Vec<u8> {
+    let layout = RibbonLayout::parse(bytes).expect("ribbon bytes");
+    assert_eq!(layout.format_id(), FORMAT_RIBBON);
+    assert_eq!(layout.block_slots(), 64);
+    let upper = layout.upper_columns() as usize;
+    let shards: Vec<RibbonShard> = (0..layout.num_shards())
+        .map(|i| layout.shard(bytes, i).expect("shard"))
+        .collect();
+    let mut solution = Vec::new();
+    let mut table = Vec::new();
+    for shard in &shards {
+        let (blocks, first_upper) = (shard.num_blocks as usize, shard.upper_start_block as usize);
+        assert!(blocks % 2 == 0 && first_upper % 2 == 0, "{shard:?}");
+        assert_eq!(solution.len(), shard.word_offset as usize * 8);
+        let columns = |block: usize| upper - usize::from(block < first_upper);
+        let mut at = shard.word_offset as usize * 8;
+        let mut words64 = Vec::new();
+        for block in 0..blocks {
+            let len = columns(block) * 8;
+            words64.push(&bytes[at..at + len]);
+            at += len;
+        }
+        let word_offset = (solution.len() / 16) as u32;
+        for pair in words64.chunks_exact(2) {
+            for j in 0..pair[0].len() / 8 {
+                solution.extend_from_slice(&pair[0][8 * j..8 * j + 8]);
+                solution.extend_from_slice(&pair[1][8 * j..8 * j + 8]);
+            }
+        }
+        table.extend_from_slice(&word_offset.to_le_bytes());
+        table.extend_from_slice(&(shard.num_blocks / 2).to_le_bytes());
+        table.extend_from_slice(&(shard.upper_start_block / 2).to_le_bytes());
+        table.push(shard.seed);
+    }
+    let mut out = solution;
+    let table_start = out.len();
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&layout.num_shards().to_le_bytes());
+    out.push(upper as u8);
+    let crc = crc32fast::hash(&out[table_start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.push(FORMAT_RIBBON_V3);
+    out
+}
+
+/// Filters written in format 0x03 (128-slot blocks) are still read, through
+/// the bounds-checked scalar query, and answer exactly as the same filter in
+/// format 0x05 does, for every key, on every path, for column counts from 0
+/// to 32 and through every decoder.
+#[test]
+fn format_0x03_filters_still_answer_exactly() {
+    let mut cases: Vec<(Vec<u64>, Vec<u8>, String)> = Vec::new();
+    for (p, policy) in [
+        RibbonPolicy::new(10.0),                              // 7 / 6 columns
+        RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap(),     // 8
+        RibbonPolicy::with_fp_rate(2f64.powf(-8.5)).unwrap(), // 9 / 8
+        RibbonPolicy::with_fp_rate(1e-12).unwrap(),           // 32
+        RibbonPolicy::with_fp_rate(0.6).unwrap(),             // 1 / 0
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (n, knobs) in [
+            (20_000u64, BuildKnobs::default()),
+            (
+                1_000,
+                BuildKnobs {
+                    shard_keys: 1,
+                    ..BuildKnobs::default()
+                },
+            ),
+        ] {
+            let keys = hashes(n, 500 * p as u64 + n);
+            let (bytes, outcome) = policy.build_with(&keys, knobs);
+            assert!(!outcome.fell_back_to_bloom);
+            cases.push((keys, bytes, format!("policy {p}, {n} keys")));
+        }
+    }
+    let m = million();
+    cases.push((m.keys.clone(), m.bytes.clone(), "1,000,000 keys".into()));
+    let absent_keys = absent(50_000);
+    for (keys, bytes, name) in &cases {
+        let old = to_format_0x03(bytes);
+        let layout = RibbonLayout::parse(bytes).expect("0x05");
+        let old_layout = RibbonLayout::parse(&old).expect("0x03 parses");
+        assert_eq!(old_layout.format_id(), FORMAT_RIBBON_V3, "{name}");
+        assert_eq!(old_layout.block_slots(), 128, "{name}");
+        assert_eq!(
+            old_layout.num_slots(&old),
+            layout.num_slots(bytes),
+            "{name}"
+        );
+        assert_eq!(
+            old_layout.expected_fp_rate(&old),
+            layout.expected_fp_rate(bytes),
+            "{name}"
+        );
+        assert!(
+            !old_layout.uses_avx512() && !old_layout.uses_avx2(),
+            "{name}"
+        );
+        let decoded = Filter::decode(&old);
+        assert_eq!(decoded.format_name(), "ribbon", "{name}");
+        let probes = keys.iter().step_by(7).chain(absent_keys.iter());
+        let mut positives = 0;
+        for &h in probes {
+            let answer = layout.may_contain(bytes, h);
+            positives += usize::from(answer);
+            assert_eq!(old_layout.may_contain(&old, h), answer, "{name}");
+            assert_eq!(old_layout.may_contain_portable(&old, h), answer, "{name}");
+            assert_eq!(old_layout.may_contain_scalar(&old, h), answer, "{name}");
+            for path in [
+                old_layout.may_contain_avx2_path(&old, h),
+                old_layout.may_contain_avx512_path(&old, h),
+            ] {
+                assert!(path.is_none_or(|a| a == answer), "{name}");
+            }
+            assert_eq!(decoded.may_contain(h), answer, "{name}");
+            assert_eq!(filter::may_contain(&old, h), answer, "{name}");
+        }
+        assert!(positives >= keys.len() / 7, "{name}");
+        // Truncated or damaged 0x03 bytes never panic nor lose keys.
+        for cut in [old.len() - 1, old.len() / 2, 10] {
+            assert!(RibbonLayout::parse(&old[..cut]).is_none());
+            assert_no_false_negatives(&old[..cut], &keys[..20]);
+        }
+        let short = &old[..old.len() / 2];
+        for &h in keys.iter().take(50) {
+            assert!(old_layout.may_contain(short, h), "{name}: short bytes");
+        }
     }
 }

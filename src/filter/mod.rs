@@ -10,8 +10,8 @@
 //! # Self-describing bytes
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
-//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`], still
-//! read) preceded by that format's own small trailer (sizes, probe count or
+//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`] and the
+//! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by that format's own small trailer (sizes, probe count or
 //! seed). A table written under one policy therefore stays readable
 //! after the database switches to another: [`Filter::decode`] and the free
 //! function [`may_contain`] pick the right implementation from the bytes. Empty
@@ -53,9 +53,16 @@ pub const FORMAT_BLOOM: u8 = 0x04;
 /// same bit (about 1.2% more false positives at 10 bits/key). Still read
 /// and queried exactly; no longer built.
 pub const FORMAT_BLOOM_V1: u8 = 0x01;
-/// Format id (last byte) of a standard Ribbon filter.
-pub const FORMAT_RIBBON: u8 = 0x03;
-/// Format id of the first Ribbon version, retired: same layout, but its rows
+/// Format id (last byte) of a standard Ribbon filter (what
+/// [`RibbonPolicy`] builds): its solution is stored in blocks of 64 slots.
+pub const FORMAT_RIBBON: u8 = 0x05;
+/// Format id of the previous Ribbon layout: same rows, sizes, shard table
+/// and trailer, but the solution stored in blocks of 128 slots (16-byte
+/// words). Still read and queried exactly, through a bounds-checked scalar
+/// query; no longer built.
+pub const FORMAT_RIBBON_V3: u8 = 0x03;
+/// Format id of the first Ribbon version, retired: the layout of
+/// [`FORMAT_RIBBON_V3`], but its rows
 /// were derived from the key hash differently, so reading its bytes with the
 /// current code would give false negatives. Such bytes decode as
 /// undecodable ("may contain" for every key, counted in
@@ -144,7 +151,8 @@ pub enum Unfiltered {
 enum Kind {
     /// A blocked Bloom filter; its layout is [`Filter::bloom`].
     Bloom,
-    Ribbon(ribbon::RibbonLayout),
+    /// A Ribbon filter; its layout is [`Filter::ribbon`].
+    Ribbon,
     Custom(Arc<dyn FilterPolicy>),
     All(Unfiltered),
 }
@@ -159,6 +167,11 @@ pub struct Filter {
     /// The layout of a blocked Bloom filter ([`Kind::Bloom`]), parsed from
     /// `bytes`; for other kinds, that of an empty filter, never read.
     bloom: bloom::BloomLayout,
+    /// The layout of a Ribbon filter ([`Kind::Ribbon`]), parsed from
+    /// `bytes`; for other kinds, that of an empty filter, never read. A
+    /// field rather than the kind's payload, so that the Ribbon query
+    /// function reads it without a branch on the kind.
+    ribbon: ribbon::RibbonLayout,
     /// What [`may_contain`](Self::may_contain) calls, chosen at decode for
     /// the kind (and, for a Bloom filter, by the layout for its scheme,
     /// probe count and the CPU): a point read's filter check is then one
@@ -193,16 +206,25 @@ unsafe fn query_all(_: &Filter, _: u64) -> bool {
     true
 }
 
-/// The query of a Ribbon filter: a tail call to its layout's query
-/// function.
-///
-/// # Safety
-///
-/// None needed (`unsafe` only to have the type of every query function).
-unsafe fn query_ribbon(filter: &Filter, key_hash: u64) -> bool {
-    match &filter.kind {
-        Kind::Ribbon(layout) => layout.may_contain(filter.bytes.as_slice(), key_hash),
-        _ => filter.may_contain_by_kind(key_hash),
+// SAFETY: `ribbon` is either `RibbonLayout::empty()` or the layout
+// `RibbonLayout::parse` returned for exactly `bytes.as_slice()`
+// (`decode_builtin`); `bytes` is owned by the filter and never modified,
+// and neither field changes after construction (`with_bloom_path` keeps
+// both). `as_slice` and `as_ptr` start at the same byte, from which
+// `readable_len` bytes (whole initialised lines, at least `len`) are
+// readable.
+unsafe impl ribbon::RibbonSource for Filter {
+    #[inline(always)]
+    fn ribbon(&self) -> &ribbon::RibbonLayout {
+        &self.ribbon
+    }
+    #[inline(always)]
+    fn ribbon_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+    #[inline(always)]
+    fn readable_len(&self) -> usize {
+        self.bytes.readable_len()
     }
 }
 
@@ -246,7 +268,11 @@ fn prefetch_read<T>(value: &T) {
 /// only if its 64-byte lines are 64-byte aligned in memory. A `Vec<u8>` or a
 /// copy out of a table file is 16-byte aligned at best, and then three lines
 /// in four straddle two cache lines. The bytes are copied once, when the
-/// filter is decoded, into whole aligned lines (the last one zero-padded).
+/// filter is decoded, into whole aligned lines (the last one zero-padded),
+/// followed by one more zeroed line: the narrow AVX-512 Ribbon query may
+/// read up to 64 bytes past the end of the bytes (for a window that does
+/// not use them), and can then skip choosing another address for such
+/// keys (see `RibbonSource::readable_len`).
 #[derive(Clone)]
 struct LineAligned {
     lines: Box<[CacheLine]>,
@@ -260,7 +286,7 @@ struct CacheLine([u8; 64]);
 
 impl LineAligned {
     fn new(bytes: &[u8]) -> LineAligned {
-        let mut lines = vec![CacheLine([0; 64]); bytes.len().div_ceil(64)].into_boxed_slice();
+        let mut lines = vec![CacheLine([0; 64]); bytes.len().div_ceil(64) + 1].into_boxed_slice();
         for (line, chunk) in lines.iter_mut().zip(bytes.chunks(64)) {
             line.0[..chunk.len()].copy_from_slice(chunk);
         }
@@ -282,6 +308,13 @@ impl LineAligned {
         self.lines.as_ptr().cast::<u8>()
     }
 
+    /// Bytes readable from [`as_ptr`](Self::as_ptr): the filter bytes, the
+    /// zero padding of their last line and one more zeroed line.
+    #[inline]
+    fn readable_len(&self) -> usize {
+        self.lines.len() * 64
+    }
+
     /// The filter bytes as a slice.
     #[inline]
     fn as_slice(&self) -> &[u8] {
@@ -298,7 +331,7 @@ impl fmt::Debug for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon(_) => "ribbon",
+            Kind::Ribbon => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -314,12 +347,13 @@ impl Filter {
     /// Decodes built-in filter bytes from the bytes alone.
     pub fn decode(bytes: impl AsRef<[u8]>) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let kind = Self::decode_builtin(bytes.as_slice());
-        Filter::new(bytes, kind)
+        let (kind, ribbon) = Self::decode_builtin(bytes.as_slice());
+        Filter::new(bytes, kind, ribbon)
     }
 
-    /// The filter of `kind` over `bytes`, with its query function.
-    fn new(bytes: LineAligned, kind: Kind) -> Filter {
+    /// The filter of `kind` over `bytes`, with its query function; `ribbon`
+    /// is the layout parsed from `bytes` for [`Kind::Ribbon`], else empty.
+    fn new(bytes: LineAligned, kind: Kind, ribbon: ribbon::RibbonLayout) -> Filter {
         let (bloom, query) = match &kind {
             Kind::Bloom => match bloom::BloomLayout::parse(bytes.as_slice()) {
                 Some(layout) => (layout, layout.query_fn::<Filter>()),
@@ -331,13 +365,17 @@ impl Filter {
                 ),
             },
             Kind::All(_) => (bloom::BloomLayout::empty(), query_all as _),
-            Kind::Ribbon(_) => (bloom::BloomLayout::empty(), query_ribbon as _),
+            Kind::Ribbon => (
+                bloom::BloomLayout::empty(),
+                ribbon.query_fn_for::<Filter>(bytes.readable_len()),
+            ),
             Kind::Custom(_) => (bloom::BloomLayout::empty(), query_custom as _),
         };
         Filter {
             bytes,
             kind,
             bloom,
+            ribbon,
             query,
         }
     }
@@ -353,29 +391,46 @@ impl Filter {
         current: &Arc<dyn FilterPolicy>,
     ) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let kind = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
+        let (kind, ribbon) = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
             Self::decode_builtin(bytes.as_slice())
         } else if current.name() == policy_name {
-            Kind::Custom(Arc::clone(current))
+            (
+                Kind::Custom(Arc::clone(current)),
+                ribbon::RibbonLayout::empty(),
+            )
         } else {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            Kind::All(Unfiltered::Undecodable)
+            (
+                Kind::All(Unfiltered::Undecodable),
+                ribbon::RibbonLayout::empty(),
+            )
         };
-        Filter::new(bytes, kind)
+        Filter::new(bytes, kind, ribbon)
     }
 
-    fn decode_builtin(bytes: &[u8]) -> Kind {
+    /// The kind of built-in filter bytes, and their Ribbon layout (empty
+    /// for other kinds).
+    fn decode_builtin(bytes: &[u8]) -> (Kind, ribbon::RibbonLayout) {
         let decoded = match bytes.last() {
-            None => return Kind::All(Unfiltered::NoFilter),
-            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
-                bloom::BloomLayout::parse(bytes).map(|_| Kind::Bloom)
+            None => {
+                return (
+                    Kind::All(Unfiltered::NoFilter),
+                    ribbon::RibbonLayout::empty(),
+                )
             }
-            Some(&FORMAT_RIBBON) => ribbon::RibbonLayout::parse(bytes).map(Kind::Ribbon),
+            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => bloom::BloomLayout::parse(bytes)
+                .map(|_| (Kind::Bloom, ribbon::RibbonLayout::empty())),
+            Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => {
+                ribbon::RibbonLayout::parse(bytes).map(|layout| (Kind::Ribbon, layout))
+            }
             Some(_) => None,
         };
         decoded.unwrap_or_else(|| {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            Kind::All(Unfiltered::Undecodable)
+            (
+                Kind::All(Unfiltered::Undecodable),
+                ribbon::RibbonLayout::empty(),
+            )
         })
     }
 
@@ -385,7 +440,9 @@ impl Filter {
         // SAFETY: `query` is the function `Filter::new` (or
         // `with_bloom_path`) chose for this filter: for a Bloom filter, the
         // one its layout's `query_fn` returned for `Filter`, whose
-        // `BloomLines` contract holds (see the impl).
+        // `BloomLines` contract holds (see the impl); for a Ribbon filter,
+        // the one its layout's `query_fn_for` returned for `Filter`, whose
+        // `RibbonSource` contract holds (see the impl).
         unsafe { (self.query)(self, key_hash) }
     }
 
@@ -465,12 +522,12 @@ impl Filter {
     }
 
     /// The answer by a `match` on the kind, without the query function
-    /// (which `query_ribbon` and `query_custom` fall back to should they
-    /// ever be called on another kind; `Filter::new` never does that).
+    /// (which `query_custom` falls back to should it ever be called on
+    /// another kind; `Filter::new` never does that).
     #[inline(never)]
     fn may_contain_by_kind(&self, key_hash: u64) -> bool {
         match &self.kind {
-            Kind::Ribbon(layout) => layout.may_contain(self.bytes.as_slice(), key_hash),
+            Kind::Ribbon => self.ribbon.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Custom(policy) => policy.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Bloom => self.bloom.may_contain(self.bytes.as_slice(), key_hash),
             Kind::All(_) => true,
@@ -513,7 +570,7 @@ impl Filter {
     pub fn format_name(&self) -> &str {
         match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon(_) => "ribbon",
+            Kind::Ribbon => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -535,7 +592,8 @@ pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
                 true
             }
         },
-        Some(&FORMAT_RIBBON) => match ribbon::RibbonLayout::parse(filter_bytes) {
+        Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => match ribbon::RibbonLayout::parse(filter_bytes)
+        {
             Some(layout) => layout.may_contain(filter_bytes, key_hash),
             None => {
                 UNDECODABLE.fetch_add(1, Ordering::Relaxed);

@@ -38,8 +38,9 @@
 //! table entry per shard (0.013 bits/key at 8,192 keys per shard). The
 //! table is decoded once, when the filter is parsed, into an array of
 //! per-shard query parameters (seed mask, start count, word offset, first
-//! upper block and the byte offsets of block 0 of each column count), so a
-//! query reads one 32-byte entry of that array instead of parsing bytes.
+//! and last lower block, and for each column count the byte offset of
+//! block 0, the block stride and the load mask), so a query reads one
+//! 64-byte entry of that array instead of parsing bytes.
 //!
 //! The build bands three shards at a time, one elimination step of each in
 //! turn: a single chain of steps is latency-bound (each slot to visit
@@ -65,13 +66,16 @@
 //! in; a key that starts in an upper block only touches upper blocks, so the
 //! whole system is solved with `u` columns and the extra column of the lower
 //! blocks is simply not stored. The share of starts in upper blocks is
-//! chosen so that `f * 2^-u + (1 - f) * 2^-(u-1) = p`.
+//! chosen so that `f * 2^-u + (1 - f) * 2^-(u-1) = p`. Shards are sized in
+//! whole rows' widths (128 slots) and their first upper block is chosen on
+//! that grid, then stored as blocks of 64 slots (twice as many, and twice
+//! the first upper block): the sizes and rates of the 128-slot layout.
 //!
 //! # Layout
 //!
 //! ```text
 //! +-----------------+-----+-------------------+-----------------------------+------------+-------+--------+------+
-//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x03 |
+//! | shard 0         | ... | shard k-1         | shard table, k entries of   | num_shards | upper | crc32  | 0x05 |
 //! | solution        |     | solution          | 13 bytes:                   | (k) u32 LE | cols  | u32 LE | (id) |
 //! |                 |     |                   |  word_offset       u32 LE   |            | u8    |        |      |
 //! |                 |     |                   |  num_blocks        u32 LE   |            | 1..=32|        |      |
@@ -79,18 +83,24 @@
 //! |                 |     |                   |  seed              u8       |            |       |        |      |
 //! +-----------------+-----+-------------------+-----------------------------+------------+-------+--------+------+
 //!
-//! shard solution: blocks 0..num_blocks, block b = cols(b) words of 16 bytes
-//!   cols(b) = upper_cols - 1 if b < upper_start_block, else upper_cols
-//!   word j of block b = column j of slots 128b..128b+128 (u128 LE, bit i =
-//!   slot 128b+i)
-//! word_offset: where the shard's solution starts, in 16-byte words; shards
+//! shard solution: blocks 0..num_blocks of 64 slots, block q = cols(q)
+//!   words of 8 bytes, one after another (column-major within the block)
+//!   cols(q) = upper_cols - 1 if q < upper_start_block, else upper_cols
+//!   word j of block q = column j of slots 64q..64q+64 (u64 LE, bit i =
+//!   slot 64q+i)
+//! word_offset: where the shard's solution starts, in 8-byte words; shards
 //!   are contiguous and in order, the last one ends at the shard table
+//! num_blocks >= 2 (at least one row's width, 128 slots)
 //! crc32 (CRC-32/ISO-HDLC, crc32fast): over the shard table, num_shards and
 //!   upper cols
 //! ```
 //!
-//! Format id 0x03. The first version of this filter used id 0x02 with the
-//! same layout but another row hashing; its bytes are not read (see
+//! Format id 0x05. Format 0x03 had the same rows, sizes, shard table and
+//! trailer, but blocks of 128 slots of 16-byte words (`num_blocks`,
+//! `upper_start_block` and `word_offset` counted in those): still read and
+//! answered exactly, through a bounds-checked scalar query (no vector
+//! code), never built. The first version used id 0x02 with the layout of
+//! 0x03 but another row hashing; its bytes are not read (see
 //! [`FORMAT_RIBBON_V1`](super::FORMAT_RIBBON_V1)).
 //!
 //! The table and trailer carry their own checksum because a damaged seed or
@@ -98,30 +108,45 @@
 //! negatives; with the checksum, such damage decodes to "may contain". The
 //! solution bits themselves are covered by the table's block checksum.
 //!
-//! The solution is interleaved column-major per block of 128 slots, so a
-//! query reads one 16-byte word per column from its start block and, unless
-//! its start is block-aligned, the same column of the next block, which
-//! directly follows: one contiguous run of `2 x cols x 16` bytes (224 bytes,
-//! four or five cache lines, at 7 columns).
+//! `num_starts = 64 * num_blocks - 127`: a key's start is
+//! `fastrange64(h1, num_starts)`, so its 128 slots stay inside its shard.
+//! Its window begins at bit `shift = start % 64` of its start block `q =
+//! start / 64` and spans blocks `q`, `q + 1` and `q + 2` (only `q` and `q +
+//! 1` when `shift` is 0: block `q + 2` then need not exist). Block `q + 1`
+//! starts right after block `q`, and block `q + 2` right after block `q +
+//! 1`, which has one word more than block `q` when `q + 1` is the first
+//! upper block: a query reads `3 x cols x 8` bytes (168 at 7 columns) in
+//! three runs at `here`, `here + stride` and `here + 2 x stride` (+ 8 at
+//! that one block).
+//!
+//! # Query
 //!
 //! On CPUs with AVX-512 F, VL, VBMI2 and VPOPCNTDQ (and BMI2; detected once,
-//! when the layout is parsed) the query checks up to eight columns of both
-//! blocks in zmm registers: two masked 64-byte loads per block (four columns
-//! each; lanes past the last column are neither read nor checked), an AND
-//! and a `vpternlogq` with the key's window per load pair, the two halves of
-//! each column folded with the fingerprint bit, and one `vpopcntq` and one
-//! mask test for all eight parities (`mod avx512`; filters of 2 to 8 upper
-//! columns, rates of 2^-8 and above, take a variant without the chunk loop,
-//! chosen at parse; measured 1.03x-1.28x faster than the AVX2 query in
-//! docs/filters.md). That variant checks once per call that the bytes hold
-//! the whole solution (which `parse` checked covers every read a key can
-//! make) and then reads without bounds checks; its block offset is one
-//! multiply-add from values precomputed at parse. Without AVX-512, on CPUs
-//! with AVX2 the query checks up to eight columns at once: each pair of adjacent columns is one 32-byte
-//! load per block, ANDed with the key's coefficient window, and the eight
-//! parities are compared with the fingerprint in one vector test (`mod
-//! avx2`; measured 1.5x-2.1x faster than the POPCNT query in
-//! docs/filters.md). The scalar query checks the first four columns
+//! when the layout is parsed) the query checks up to eight columns in zmm
+//! registers (`mod avx512`): three masked 64-byte loads, one per block,
+//! lane `j` = column `j` (lanes past the key's columns are neither read
+//! nor checked); two `vpshrdvq` funnel shifts by `start` (the count is
+//! taken mod 64) give each column's 128-slot window as a low and a high
+//! 64-bit word; one `vpandq` and one `vpternlogq` with the broadcast
+//! coefficient halves, one `vpopcntq` and one `vptestmq` give the eight
+//! parities as a mask, compared with the key's result bits. Filters of 2 to
+//! 8 upper columns (rates of 2^-8 and above) whose solution is under 4 GiB
+//! take a variant without a loop and without bounds checks (`parse` has
+//! shown that the blocks a key can read lie in the solution); a decoded
+//! [`Filter`](super::Filter) calls that variant directly through its one
+//! query function pointer, a [`RibbonLayout::may_contain`] call checks the
+//! length of its bytes once first. The block offsets come from values
+//! precomputed at parse (`ShardQuery`): one comparison of the start block
+//! with the last lower block gives both the block kind and whether the
+//! third block is one word further. Other column counts loop over chunks
+//! of eight columns with bounds-checked slices.
+//!
+//! Without AVX-512, on CPUs with AVX2 the query (`mod avx2`) splits the
+//! key's coefficients once into three 64-bit masks (`coeff << shift` over
+//! the three blocks) and checks four columns per chunk: one masked 32-byte
+//! load per block, three ANDs and two XORs, six shift-XORs that bring each
+//! lane's parity to its top bit, and one `vmovmskpd`. The scalar query
+//! does the same one column at a time; it checks the first four columns
 //! without branches and stops there if any disagrees with the fingerprint,
 //! which an absent key does with probability 15/16; one exit branch that is
 //! nearly always right is cheaper than a mispredicted exit per column
@@ -130,10 +155,8 @@
 //! Parity is POPCNT when the CPU has it (run-time detection; the scalar
 //! query and back substitution are then compiled with that target feature),
 //! else a multiply trick; all paths give identical bytes and answers
-//! (tested).
-//!
-//! `num_starts = 128 * num_blocks - 127`: a key's start is
-//! `fastrange64(h1, num_starts)`, so its 128 slots stay inside its shard.
+//! (tested). With AVX-512 the back substitution solves eight columns at
+//! once in zmm registers (`avx512::solve`, same bytes).
 //!
 //! # Hashing
 //!
@@ -166,15 +189,24 @@
 //! equivalent bits per key, which the generic decoder reads as such.
 
 use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPolicy};
-use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON};
+use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON, FORMAT_RIBBON_V3};
 use crate::error::{Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 mod backsub;
 
-/// Slots per block, and bits per coefficient row.
+/// Bits per coefficient row (the row width): a key's row covers `W`
+/// consecutive slots from its start.
 const W: usize = 128;
-const WORD_BYTES: usize = W / 8;
+/// Slots per block of the stored solution (format 0x05): one 64-bit word per
+/// column and block.
+const BLOCK_SLOTS: usize = 64;
+/// Bytes per solution word (one column of one block).
+const WORD_BYTES: usize = BLOCK_SLOTS / 8;
+/// Slots per block, and bytes per word, of the retired layout of format
+/// 0x03 (still read, never built).
+const V3_BLOCK_SLOTS: usize = 128;
+const V3_WORD_BYTES: usize = V3_BLOCK_SLOTS / 8;
 /// Bytes per shard table entry: word_offset (4), num_blocks (4),
 /// upper_start_block (4), seed (1).
 pub const SHARD_ENTRY_BYTES: usize = 13;
@@ -305,9 +337,10 @@ const EARLY_EXIT_COLUMNS: usize = 4;
 /// One shard's entry in the shard table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RibbonShard {
-    /// Where the shard's solution starts, in 16-byte words.
+    /// Where the shard's solution starts, in solution words (8 bytes in
+    /// format 0x05, 16 in format 0x03).
     pub word_offset: u32,
-    /// Number of 128-slot blocks.
+    /// Number of blocks (of 64 slots in format 0x05, 128 in format 0x03).
     pub num_blocks: u32,
     /// Blocks before this one store `upper_columns - 1` result bits per
     /// slot, the rest `upper_columns`.
@@ -335,88 +368,107 @@ impl RibbonShard {
         out[12] = self.seed;
     }
 
-    /// 16-byte words of solution for `upper` columns.
+    /// Solution words (one column of one block each) for `upper` columns.
     fn words(&self, upper: u32) -> u64 {
         let usb = self.upper_start_block as u64;
         usb * (upper as u64 - 1) + (self.num_blocks as u64 - usb) * upper as u64
     }
 
-    /// Number of possible start slots.
-    fn num_starts(&self) -> u64 {
-        self.num_blocks as u64 * W as u64 - (W as u64 - 1)
+    /// Number of possible start slots with blocks of `block_slots` slots:
+    /// every slot but the last `W - 1`, so that a key's row stays inside
+    /// its shard. Meaningful for at least `W` slots (which `parse`
+    /// requires).
+    fn num_starts(&self, block_slots: u64) -> u64 {
+        self.num_blocks as u64 * block_slots - (W as u64 - 1)
     }
 
     /// Share of start slots inside upper blocks (the query's chance of using
     /// `upper` columns).
-    fn upper_start_share(&self) -> f64 {
-        let upper_blocks = (self.num_blocks - self.upper_start_block) as u64;
-        let upper_starts = (upper_blocks * W as u64).saturating_sub(W as u64 - 1);
-        upper_starts as f64 / self.num_starts() as f64
+    fn upper_start_share(&self, block_slots: u64) -> f64 {
+        let starts = self.num_starts(block_slots);
+        let lower_starts = (self.upper_start_block as u64 * block_slots).min(starts);
+        (starts - lower_starts) as f64 / starts as f64
+    }
+}
+
+/// The two layouts this module reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// Format 0x03, retired: 128-slot blocks of 16-byte words. Read through
+    /// a bounds-checked scalar query only.
+    V3,
+    /// Format 0x05, built now: 64-slot blocks of 8-byte words.
+    V5,
+}
+
+impl Format {
+    fn block_slots(self) -> u64 {
+        match self {
+            Format::V3 => V3_BLOCK_SLOTS as u64,
+            Format::V5 => BLOCK_SLOTS as u64,
+        }
+    }
+
+    fn word_bytes(self) -> u64 {
+        match self {
+            Format::V3 => V3_WORD_BYTES as u64,
+            Format::V5 => WORD_BYTES as u64,
+        }
     }
 }
 
 /// What a query needs of one shard, decoded once by [`RibbonLayout::parse`]
-/// so that a query does no byte parsing and no seed arithmetic. 32 bytes:
-/// two per cache line.
+/// so that a query does no byte parsing and no seed arithmetic. 64 bytes,
+/// one cache line, so that the narrow AVX-512 query finds everything of
+/// its key's shard in one line and needs nothing else of the layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
 struct ShardQuery {
     /// XORed into the key hash before the seeded remix.
     seed_mask: u64,
     /// Possible start slots (at least 1).
     num_starts: u64,
-    /// Where the shard's solution starts, in 16-byte words.
+    /// Where the shard's solution starts, in solution words.
     word_offset: u32,
     /// First block that stores `upper_columns` columns.
     upper_start_block: u32,
-    /// For the narrow AVX-512 query, by block kind (0: the lower blocks,
-    /// 1: the upper ones, see [`RibbonLayout::kinds`]): block `b` of that
-    /// kind starts at byte `bases[kind] + b * stride`, modulo 2^32 (for the
-    /// upper blocks the base is `word_offset * 16 - upper_start_block * 16`,
-    /// as if the lower blocks had their column count too). Exact only when
-    /// the solution is smaller than 4 GiB, which that path requires.
+    /// `upper_start_block - 1`: the last lower block, whose next block
+    /// stores one column more than itself (-1, no block, when every block
+    /// is an upper one). A block is an upper one iff it is greater, so one
+    /// comparison tells both.
+    last_lower_block: i64,
+    /// For the narrow AVX-512 query (format 0x05), by block kind (0: the
+    /// lower blocks, 1: the upper ones): block `b` of that kind starts at
+    /// byte `bases[kind] + b * strides[kind]`, modulo 2^32 (for the upper
+    /// blocks the base is `word_offset * 8 - upper_start_block * 8`, as if
+    /// the lower blocks had their column count too). Exact only when the
+    /// solution is smaller than 4 GiB, which that path requires.
     bases: [u32; 2],
+    /// Bytes per block of each kind: `columns * 8` (the lower blocks have
+    /// `upper_columns - 1` columns, the upper ones `upper_columns`).
+    strides: [u32; 2],
+    /// `bzhi(0xff, columns)` for each kind: bit `i` selects the block's
+    /// word `i` (the load mask), and the same bits select the result bits a
+    /// key starting in such a block checks (of the first 8).
+    lanes: [u8; 2],
 }
 
 impl ShardQuery {
-    /// The byte offset of the first column word of the block holding slot
-    /// `start`, and that block's column count, in a layout of `upper`
-    /// columns. Branch-free: blocks before `upper_start_block` store one
-    /// column less, so the block's first word is `block * upper -
-    /// min(block, upper_start_block)`.
+    /// The first word of block `block`, in a layout of `upper` columns:
+    /// blocks before `upper_start_block` store one column less, so the
+    /// block starts at word `block * upper - min(block, upper_start_block)`
+    /// of the shard. Branch-free.
     #[inline(always)]
-    fn block_of(&self, start: usize, upper: usize) -> (usize, usize) {
-        let block = start / W;
-        let usb = self.upper_start_block as usize;
-        let lower_blocks = block.min(usb);
-        let here = (self.word_offset as usize + block * upper - lower_blocks) * WORD_BYTES;
-        (here, upper - usize::from(block < usb))
+    fn block_word(&self, block: usize, upper: usize) -> usize {
+        let lower_blocks = block.min(self.upper_start_block as usize);
+        self.word_offset as usize + block * upper - lower_blocks
     }
 }
 
-/// The blocks of one column count, for the narrow AVX-512 query (see
-/// [`RibbonLayout::kinds`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BlockKind {
-    /// Bytes per block: `columns * 16`.
-    stride: u32,
-    /// `bzhi(0xffff, 2 * columns)`: bit `i` selects 64-bit word `i` of the
-    /// block's first 8 columns (the load masks: the low byte for columns
-    /// 0-3, the high byte for 4-7).
-    lanes: u16,
-    /// `bzhi(0xffff, columns)`: the result bits a key starting in such a
-    /// block checks (of the first 16).
-    result_bits: u16,
-}
-
-impl BlockKind {
-    fn new(columns: u32) -> BlockKind {
-        let ones = |n: u32| (1u32 << n.min(16)).wrapping_sub(1) as u16;
-        BlockKind {
-            stride: columns * WORD_BYTES as u32,
-            lanes: ones(2 * columns),
-            result_bits: ones(columns),
-        }
-    }
+/// `bzhi(0xff, columns)`: the lanes of a block of `columns` columns (of
+/// the first 8).
+fn column_lanes(columns: u32) -> u8 {
+    ((1u32 << columns.min(8)) - 1) as u8
 }
 
 /// Parameters of a Ribbon filter read from its trailer and shard table.
@@ -425,15 +477,24 @@ pub struct RibbonLayout {
     num_shards: u32,
     upper_columns: u32,
     table_start: usize,
+    /// Which layout the bytes have (format id 0x05, or the retired 0x03).
+    format: Format,
     /// One entry per shard; shared, so cloning a decoded filter is cheap.
     shards: Arc<[ShardQuery]>,
-    /// The lower blocks' column count (`upper_columns - 1`, index 0) and the
-    /// upper blocks' (index 1), for the narrow AVX-512 query.
-    kinds: [BlockKind; 2],
+    /// Whether at least `8 * upper_columns` bytes follow the solution (the
+    /// shard table and trailer: filters of about 5 shards or more), so that
+    /// the narrow AVX-512 query may read the block after its key's next
+    /// block even when that is past the last shard (a block-aligned start
+    /// in the last shard's last possible block, whose window does not use
+    /// it), instead of choosing another block for such starts. For
+    /// [`may_contain`](Self::may_contain) on a slice; a decoded filter
+    /// decides by its own readable length (`query_fn_for`).
+    tail_readable: bool,
     /// Bytes at least this long take the narrow AVX-512 query without
-    /// bounds checks: `table_start` if this layout is one that query covers
-    /// (`QueryPath::avx512` picks it: 2 to 8 columns, a solution under 4
-    /// GiB), else `usize::MAX` (never).
+    /// bounds checks: `table_start` (plus `8 * upper_columns` if
+    /// `tail_readable`) if this layout is one that query covers
+    /// (`QueryPath::avx512` picks it: format 0x05, 2 to 8 columns, a
+    /// solution under 4 GiB), else `usize::MAX` (never).
     unchecked_len: usize,
     /// The query path this CPU takes (checked once, at parse). Same answers
     /// on every path.
@@ -451,8 +512,9 @@ impl PartialEq for RibbonLayout {
         self.num_shards == other.num_shards
             && self.upper_columns == other.upper_columns
             && self.table_start == other.table_start
+            && self.format == other.format
             && self.shards == other.shards
-            && self.kinds == other.kinds
+            && self.tail_readable == other.tail_readable
             && self.unchecked_len == other.unchecked_len
             && self.path == other.path
     }
@@ -467,24 +529,56 @@ impl Eq for RibbonLayout {}
 /// storing only `path.query_fn()` for a `path` the CPU can run.
 type QueryFn = unsafe fn(&RibbonLayout, &[u8], u64) -> bool;
 
+/// A decoded Ribbon filter, as the query functions that
+/// [`RibbonLayout::query_fn_for`] returns read it.
+///
+/// # Safety
+///
+/// [`ribbon`](Self::ribbon) must return either [`RibbonLayout::empty`] or
+/// what [`RibbonLayout::parse`] returned for exactly the bytes
+/// [`ribbon_bytes`](Self::ribbon_bytes) returns (possibly moved to another
+/// path by [`RibbonLayout::on_path`]), and those bytes must stay valid and
+/// unmodified while `self` is borrowed. At least
+/// [`readable_len`](Self::readable_len) bytes, never fewer than
+/// `ribbon_bytes().len()`, must be readable from `ribbon_bytes().as_ptr()`,
+/// and that length must not change.
+pub(crate) unsafe trait RibbonSource {
+    /// The filter's layout ([`RibbonLayout::empty`] if it is not a Ribbon
+    /// filter).
+    fn ribbon(&self) -> &RibbonLayout;
+    /// The bytes the layout was parsed from.
+    fn ribbon_bytes(&self) -> &[u8];
+    /// How many bytes from the first of `ribbon_bytes()` may be read (the
+    /// bytes themselves and any readable padding after them).
+    fn readable_len(&self) -> usize;
+}
+
+/// A query function over a decoded filter `F`. Calling one is `unsafe`: it
+/// must be the function [`RibbonLayout::query_fn_for`] returned for `F`'s
+/// layout (it relies on the CPU features and layout that chose it).
+pub(crate) type SourceQueryFn<F> = unsafe fn(&F, u64) -> bool;
+
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum QueryPath {
-    /// `mod avx512` for filters of 2 to 8 upper columns (every key has 1 to
-    /// 8): one chunk of columns, no loop.
+    /// `mod avx512` for format 0x05 filters of 2 to 8 upper columns (every
+    /// key has 1 to 8): one chunk of columns, no loop, no bounds checks.
     Avx512Narrow,
     /// `mod avx512` for any column count: chunks of up to eight columns.
     Avx512,
-    /// `mod avx2`: eight columns per chunk; fewer than two columns go to the
-    /// scalar loop.
+    /// `mod avx2`: four columns per chunk.
     Avx2,
     /// The scalar loop, with POPCNT when the CPU has it.
     Scalar,
+    /// Format 0x03: the bounds-checked scalar query of the retired layout.
+    Legacy,
 }
 
 impl QueryPath {
-    fn detect(upper_columns: u32, table_start: usize) -> QueryPath {
-        if cpu_has_avx512() {
+    fn detect(format: Format, upper_columns: u32, table_start: usize) -> QueryPath {
+        if format == Format::V3 {
+            QueryPath::Legacy
+        } else if cpu_has_avx512() {
             QueryPath::avx512(upper_columns, table_start)
         } else if cpu_has_avx2() {
             QueryPath::Avx2
@@ -493,9 +587,10 @@ impl QueryPath {
         }
     }
 
-    /// The AVX-512 path for filters of `upper_columns` columns whose
-    /// solution takes `table_start` bytes: the narrow one needs at most 8
-    /// columns and block offsets that fit in 32 bits (`ShardQuery::bases`).
+    /// The AVX-512 path for format 0x05 filters of `upper_columns` columns
+    /// whose solution takes `table_start` bytes: the narrow one needs at
+    /// most 8 columns and block offsets that fit in 32 bits
+    /// (`ShardQuery::bases`).
     fn avx512(upper_columns: u32, table_start: usize) -> QueryPath {
         if (2..=8).contains(&upper_columns) && u32::try_from(table_start).is_ok() {
             QueryPath::Avx512Narrow
@@ -508,49 +603,91 @@ impl QueryPath {
     /// may only be called if the CPU has the path's features: AVX-512 F, VL,
     /// VBMI2, VPOPCNTDQ and BMI2 for `Avx512` and `Avx512Narrow`
     /// ([`cpu_has_avx512`]), AVX2 and BMI2 for `Avx2` ([`cpu_has_avx2`]);
-    /// `Scalar` needs nothing.
+    /// `Scalar` and `Legacy` need nothing.
     fn query_fn(self) -> QueryFn {
         #[cfg(target_arch = "x86_64")]
         match self {
             QueryPath::Avx512Narrow => RibbonLayout::may_contain_avx512_narrow,
             QueryPath::Avx512 => RibbonLayout::may_contain_avx512,
-            QueryPath::Avx2 => RibbonLayout::may_contain_avx2_or_scalar,
+            QueryPath::Avx2 => RibbonLayout::may_contain_avx2,
             QueryPath::Scalar => RibbonLayout::may_contain_scalar_path,
+            QueryPath::Legacy => RibbonLayout::may_contain_v3,
         }
         #[cfg(not(target_arch = "x86_64"))]
-        {
-            // `detect` and `on_path` give `Scalar` on other targets.
-            RibbonLayout::may_contain_scalar_path
+        match self {
+            QueryPath::Legacy => RibbonLayout::may_contain_v3,
+            // `detect` and `on_path` give `Scalar` (or `Legacy`) on other
+            // targets.
+            _ => RibbonLayout::may_contain_scalar_path,
         }
     }
 }
 
-/// Where a key's row lives in the solution, and the row itself.
+/// Where a key's row lives in the solution (format 0x05), and the row
+/// itself. The key's 128 slots start at bit `shift` of its start block's
+/// words and run through the next block into the one after.
 struct Located {
     /// Byte offset of the key's first column word in its start block.
     here: usize,
-    /// Result columns of the start block (the next block has at least as
-    /// many).
+    /// Bytes from `here` to the first column word of the next block (the
+    /// start block's `columns * 8`).
+    next: usize,
+    /// Bytes from `here` to the first column word of the block after that
+    /// (`next` plus the next block's size); `next` when `shift` is 0,
+    /// whose window ends with the next block (which then may be the
+    /// shard's last one).
+    last: usize,
+    /// Result columns of the start block (the later blocks have at least
+    /// as many).
     columns: usize,
-    /// Start slot within its block: `0..128`.
+    /// Start slot within its block: `0..64`.
     shift: u32,
     coeff: u128,
     result: u32,
 }
 
+impl Located {
+    /// The bytes the key's columns live in, from `here`: `columns` words at
+    /// offsets 0, `next` and `last`; `None` if `bytes` is too short. One
+    /// bounds check covers the three blocks (`next <= last`).
+    #[inline(always)]
+    fn words<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        bytes
+            .get(self.here..)?
+            .get(..self.last + self.columns * WORD_BYTES)
+    }
+
+    /// The key's window `coeff << shift` as three 64-bit masks of the
+    /// start block's, the next block's and the last block's words (the
+    /// last is 0 when `shift` is 0).
+    #[inline(always)]
+    fn masks(&self) -> [u64; 3] {
+        let shifted = self.coeff << self.shift;
+        let carried = if self.shift == 0 {
+            0
+        } else {
+            (self.coeff >> (W as u32 - self.shift)) as u64
+        };
+        [shifted as u64, (shifted >> 64) as u64, carried]
+    }
+}
+
 impl RibbonLayout {
-    /// Reads and validates the trailer and shard table: format id, checksum,
-    /// column count in `1..=MAX_COLUMNS`, at least one shard, and every shard
-    /// with at least one block, `upper_start_block <= num_blocks`, starting
-    /// where the previous one ends, the last one ending exactly at the shard
-    /// table. `None` if the bytes are not a consistent Ribbon filter. Never
-    /// panics; costs one pass over the shard table.
+    /// Reads and validates the trailer and shard table: format id (0x05, or
+    /// the retired 0x03), checksum, column count in `1..=MAX_COLUMNS`, at
+    /// least one shard, and every shard with at least 128 slots,
+    /// `upper_start_block <= num_blocks`, starting where the previous one
+    /// ends, the last one ending exactly at the shard table. `None` if the
+    /// bytes are not a consistent Ribbon filter. Never panics; costs one
+    /// pass over the shard table.
     pub fn parse(bytes: &[u8]) -> Option<RibbonLayout> {
         let trailer_start = bytes.len().checked_sub(TRAILER_BYTES)?;
         let t = bytes.get(trailer_start..)?;
-        if t[9] != FORMAT_RIBBON {
-            return None;
-        }
+        let format = match t[9] {
+            FORMAT_RIBBON => Format::V5,
+            FORMAT_RIBBON_V3 => Format::V3,
+            _ => return None,
+        };
         let num_shards = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
         let upper_columns = t[4] as u32;
         let stored_crc = u32::from_le_bytes([t[5], t[6], t[7], t[8]]);
@@ -563,51 +700,81 @@ impl RibbonLayout {
         if crc32fast::hash(checked) != stored_crc {
             return None;
         }
+        let (block_slots, word_bytes) = (format.block_slots(), format.word_bytes());
         let mut shards = Vec::with_capacity(num_shards as usize);
         let mut next_word = 0u64;
         for i in 0..num_shards as usize {
             let shard = RibbonShard::read(bytes, table_start + i * SHARD_ENTRY_BYTES)?;
-            if shard.num_blocks == 0
+            // At least one row's width of slots, so that every start keeps
+            // its 128 slots inside the shard.
+            if (shard.num_blocks as u64) * block_slots < W as u64
                 || shard.upper_start_block > shard.num_blocks
                 || shard.word_offset as u64 != next_word
             {
                 return None;
             }
             // Modulo 2^32 (see `ShardQuery::bases`).
-            let byte_offset = shard.word_offset.wrapping_mul(WORD_BYTES as u32);
-            let lower_bytes = shard.upper_start_block.wrapping_mul(WORD_BYTES as u32);
+            let byte_offset = shard.word_offset.wrapping_mul(word_bytes as u32);
+            let lower_bytes = shard.upper_start_block.wrapping_mul(word_bytes as u32);
             shards.push(ShardQuery {
                 seed_mask: seed_mask(shard.seed),
-                num_starts: shard.num_starts(),
+                num_starts: shard.num_starts(block_slots),
                 word_offset: shard.word_offset,
                 upper_start_block: shard.upper_start_block,
+                last_lower_block: shard.upper_start_block as i64 - 1,
                 bases: [byte_offset, byte_offset.wrapping_sub(lower_bytes)],
+                strides: [
+                    (upper_columns - 1) * WORD_BYTES as u32,
+                    upper_columns * WORD_BYTES as u32,
+                ],
+                lanes: [column_lanes(upper_columns - 1), column_lanes(upper_columns)],
             });
             next_word += shard.words(upper_columns);
         }
-        if next_word.checked_mul(WORD_BYTES as u64)? != table_start as u64 {
+        if next_word.checked_mul(word_bytes)? != table_start as u64 {
             return None;
         }
-        let path = QueryPath::detect(upper_columns, table_start);
+        let path = QueryPath::detect(format, upper_columns, table_start);
+        let narrow = format == Format::V5
+            && QueryPath::avx512(upper_columns, table_start) == QueryPath::Avx512Narrow;
+        let tail = upper_columns as usize * WORD_BYTES;
+        let tail_readable = bytes.len() - table_start >= tail;
         Some(RibbonLayout {
             num_shards,
             upper_columns,
             table_start,
+            format,
             shards: shards.into(),
-            kinds: [
-                BlockKind::new(upper_columns - 1),
-                BlockKind::new(upper_columns),
-            ],
-            unchecked_len: if QueryPath::avx512(upper_columns, table_start)
-                == QueryPath::Avx512Narrow
-            {
-                table_start
-            } else {
-                usize::MAX
+            tail_readable,
+            unchecked_len: match (narrow, tail_readable) {
+                (false, _) => usize::MAX,
+                (true, false) => table_start,
+                (true, true) => table_start + tail,
             },
             path,
             query: path.query_fn(),
         })
+    }
+
+    /// The layout of a filter with no shards, which answers "may contain"
+    /// for every key: what a decoded filter of another kind holds in place
+    /// of a Ribbon layout. Never on the narrow AVX-512 path.
+    pub(crate) fn empty() -> RibbonLayout {
+        // One shared empty table, so that decoding a filter of another kind
+        // allocates nothing for it.
+        static NO_SHARDS: OnceLock<Arc<[ShardQuery]>> = OnceLock::new();
+        let path = QueryPath::Scalar;
+        RibbonLayout {
+            num_shards: 0,
+            upper_columns: 1,
+            table_start: 0,
+            format: Format::V5,
+            shards: Arc::clone(NO_SHARDS.get_or_init(|| Arc::from(Vec::new()))),
+            tail_readable: false,
+            unchecked_len: usize::MAX,
+            path,
+            query: path.query_fn(),
+        }
     }
 
     /// Number of shards.
@@ -618,6 +785,21 @@ impl RibbonLayout {
     /// Result bits per slot in the upper blocks of every shard.
     pub fn upper_columns(&self) -> u32 {
         self.upper_columns
+    }
+
+    /// The format id of the parsed bytes: [`FORMAT_RIBBON`] (0x05) or the
+    /// retired [`FORMAT_RIBBON_V3`] (0x03).
+    pub fn format_id(&self) -> u8 {
+        match self.format {
+            Format::V3 => FORMAT_RIBBON_V3,
+            Format::V5 => FORMAT_RIBBON,
+        }
+    }
+
+    /// Slots per block of this layout's solution: 64 (format 0x05) or 128
+    /// (format 0x03).
+    pub fn block_slots(&self) -> u32 {
+        self.format.block_slots() as u32
     }
 
     /// Shard `index`'s table entry, `None` past the last shard.
@@ -632,7 +814,7 @@ impl RibbonLayout {
     pub fn num_slots(&self, bytes: &[u8]) -> u64 {
         (0..self.num_shards)
             .filter_map(|i| self.shard(bytes, i))
-            .map(|s| s.num_blocks as u64 * W as u64)
+            .map(|s| s.num_blocks as u64 * self.format.block_slots())
             .sum()
     }
 
@@ -645,7 +827,7 @@ impl RibbonLayout {
         let total: f64 = (0..self.num_shards)
             .filter_map(|i| self.shard(bytes, i))
             .map(|s| {
-                let f = s.upper_start_share();
+                let f = s.upper_start_share(self.format.block_slots());
                 f * upper_fp + (1.0 - f) * lower_fp
             })
             .sum();
@@ -660,7 +842,7 @@ impl RibbonLayout {
     /// Uses AVX-512 over the result columns when the CPU has it (checked
     /// once, at parse), else AVX2, else POPCNT when the CPU has that
     /// (detected at run time), otherwise a portable parity; all give the
-    /// same answer.
+    /// same answer. Format 0x03 bytes take a bounds-checked scalar query.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
         // SAFETY: `query` is `path.query_fn()` (set together in `parse` and
@@ -670,24 +852,43 @@ impl RibbonLayout {
         unsafe { (self.query)(self, bytes, key_hash) }
     }
 
-    /// The AVX2 query, or the scalar one for start blocks with fewer than
-    /// two columns. Out of line, like every path's function, so that
+    /// The function a decoded filter `F` stores to answer its queries: on
+    /// the narrow AVX-512 path, the query itself (reading the solution
+    /// without bounds checks, which `F`'s contract allows), so that a query
+    /// is one indirect call; on other paths, a call of
+    /// [`may_contain`](Self::may_contain) on `F`'s bytes. `readable_len` is
+    /// `F`'s [`RibbonSource::readable_len`].
+    pub(crate) fn query_fn_for<F: RibbonSource>(&self, readable_len: usize) -> SourceQueryFn<F> {
+        #[cfg(target_arch = "x86_64")]
+        if self.path == QueryPath::Avx512Narrow {
+            let tail = self.upper_columns as usize * WORD_BYTES;
+            return if readable_len.saturating_sub(self.table_start) >= tail {
+                query_narrow::<F, true>
+            } else {
+                query_narrow::<F, false>
+            };
+        }
+        let _ = readable_len;
+        query_via_layout::<F>
+    }
+
+    /// The AVX2 query. Out of line, like every path's function, so that
     /// [`may_contain`](Self::may_contain) is a tail call through
     /// [`query`](Self::query) and inlines into callers without making them
     /// save registers.
     ///
-    /// Only called when `path` is `Avx2`.
+    /// Only called when `path` is `Avx2`, or after checking the CPU.
     #[cfg(target_arch = "x86_64")]
     #[inline(never)]
-    fn may_contain_avx2_or_scalar(&self, bytes: &[u8], key_hash: u64) -> bool {
-        debug_assert_eq!(self.path, QueryPath::Avx2);
-        // SAFETY: this is called only when `path` is `Avx2`, which it is only
-        // if the CPU reported AVX2 and BMI2 when this layout was parsed
-        // (`cpu_has_avx2`), the target features `may_contain_avx2` enables.
-        if let Some(answer) = unsafe { self.may_contain_avx2(bytes, key_hash) } {
-            return answer;
+    #[target_feature(enable = "avx2,bmi2")]
+    fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> bool {
+        if self.format == Format::V3 {
+            return self.may_contain_v3(bytes, key_hash);
         }
-        self.may_contain_scalar_path(bytes, key_hash)
+        let Some(key) = self.locate(key_hash) else {
+            return true;
+        };
+        avx2::check_columns(bytes, &key)
     }
 
     /// The scalar query (POPCNT when the CPU has it), kept out of line so
@@ -715,7 +916,8 @@ impl RibbonLayout {
     /// This layout with [`may_contain`](Self::may_contain) forced onto the
     /// named path: `"avx512"`, `"avx2"` or `"scalar"` (POPCNT when the CPU
     /// has it); `None` for another name or a path this CPU cannot run. For
-    /// benchmarks and tests.
+    /// benchmarks and tests. A format 0x03 layout has one path, which every
+    /// name keeps.
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<RibbonLayout> {
         let path = match name {
@@ -723,6 +925,11 @@ impl RibbonLayout {
             "avx2" if cpu_has_avx2() => QueryPath::Avx2,
             "scalar" => QueryPath::Scalar,
             _ => return None,
+        };
+        let path = if self.format == Format::V3 {
+            QueryPath::Legacy
+        } else {
+            path
         };
         Some(RibbonLayout {
             path,
@@ -736,13 +943,7 @@ impl RibbonLayout {
     /// tests that compare the paths.
     #[doc(hidden)]
     pub fn may_contain_scalar(&self, bytes: &[u8], key_hash: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if has_popcnt() {
-            // SAFETY: `may_contain_popcnt` only enables the `popcnt` target
-            // feature, and `has_popcnt` just confirmed this CPU supports it.
-            return unsafe { self.may_contain_popcnt(bytes, key_hash) };
-        }
-        self.query(bytes, key_hash, parity_mul)
+        self.may_contain_scalar_path(bytes, key_hash)
     }
 
     /// Whether [`may_contain`](Self::may_contain) takes the AVX2 path on
@@ -760,39 +961,37 @@ impl RibbonLayout {
         matches!(self.path, QueryPath::Avx512 | QueryPath::Avx512Narrow)
     }
 
-    /// The AVX2 query (scalar for start blocks with fewer than two columns)
-    /// whatever path [`may_contain`](Self::may_contain) takes; `None` if the
-    /// CPU lacks AVX2 or BMI2. For tests that compare the paths.
+    /// The AVX2 query whatever path [`may_contain`](Self::may_contain)
+    /// takes; `None` if the CPU lacks AVX2 or BMI2. For tests that compare
+    /// the paths.
     #[doc(hidden)]
     pub fn may_contain_avx2_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         #[cfg(target_arch = "x86_64")]
         if cpu_has_avx2() {
             // SAFETY: `cpu_has_avx2` just confirmed AVX2 and BMI2, the
             // target features `may_contain_avx2` enables.
-            let answer = unsafe { self.may_contain_avx2(bytes, key_hash) };
-            return Some(answer.unwrap_or_else(|| self.may_contain_scalar(bytes, key_hash)));
+            return Some(unsafe { self.may_contain_avx2(bytes, key_hash) });
         }
         let _ = (bytes, key_hash);
         None
     }
 
     /// The AVX-512 query whatever path [`may_contain`](Self::may_contain)
-    /// takes; `None` if the CPU lacks one of its features. For tests that
-    /// compare the paths.
+    /// takes (the narrow one where the layout allows it); `None` if the CPU
+    /// lacks one of its features. For tests that compare the paths.
     #[doc(hidden)]
     pub fn may_contain_avx512_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         #[cfg(target_arch = "x86_64")]
         if cpu_has_avx512() {
-            // SAFETY: `cpu_has_avx512` just confirmed every target feature
-            // `may_contain_avx512` enables.
             return Some(
                 if QueryPath::avx512(self.upper_columns, self.table_start)
                     == QueryPath::Avx512Narrow
                 {
-                    // SAFETY: as above.
+                    // SAFETY: `cpu_has_avx512` just confirmed every target
+                    // feature `may_contain_avx512_narrow` enables.
                     unsafe { self.may_contain_avx512_narrow(bytes, key_hash) }
                 } else {
-                    // SAFETY: as above.
+                    // SAFETY: as above, for `may_contain_avx512`.
                     unsafe { self.may_contain_avx512(bytes, key_hash) }
                 },
             );
@@ -807,50 +1006,49 @@ impl RibbonLayout {
         self.query(bytes, key_hash, parity_popcnt)
     }
 
-    /// The answer, or `None` if the key's start block has fewer than two
-    /// columns: the vector path reads columns in pairs, and one column (or
-    /// none: the lower blocks of a 1-column filter) is left to the scalar
-    /// loop, so that the vector path keeps nothing live for it.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,bmi2")]
-    fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
-        let Some(key) = self.locate(key_hash) else {
-            return Some(true);
-        };
-        avx2::check_columns(bytes, &key)
-    }
-
     /// The AVX-512 query: every column count, no scalar fallback.
     #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512(&self, bytes: &[u8], key_hash: u64) -> bool {
+        if self.format == Format::V3 {
+            return self.may_contain_v3(bytes, key_hash);
+        }
         let Some(key) = self.locate(key_hash) else {
             return true;
         };
         avx512::check_columns(bytes, &key)
     }
 
-    /// The AVX-512 query for layouts of 2 to 8 upper columns (every start
-    /// block has 1 to 8): one chunk.
+    /// The AVX-512 query for format 0x05 layouts of 2 to 8 upper columns
+    /// (every start block has 1 to 8): one chunk.
     ///
     /// One length check per call (`bytes` covers the solution, which
     /// [`parse`](Self::parse) checked holds every read a key can make), then
     /// no bounds checks; shorter bytes, and layouts this query does not
     /// cover, go to the bounds-checked scalar path.
     #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
         if bytes.len() < self.unchecked_len {
             return self.may_contain_checked(bytes, key_hash);
         }
-        // SAFETY: `unchecked_len` is `table_start` only for a layout that
-        // `QueryPath::avx512` gives the narrow path (else `usize::MAX`, which
-        // no slice length reaches), so this layout, which came from `parse`,
-        // meets `narrow_unchecked`'s conditions on it, and `bytes` has at
-        // least `table_start` readable bytes (just checked); the CPU has
-        // every feature `narrow_unchecked` needs (this function's target
-        // features).
-        unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+        // SAFETY: `unchecked_len` is below `usize::MAX` only for a format
+        // 0x05 layout that `QueryPath::avx512` gives the narrow path (else
+        // `usize::MAX`, which no slice length reaches), so this layout,
+        // which came from `parse`, meets `narrow_unchecked`'s conditions on
+        // it, and `bytes` has at least `table_start` readable bytes, and
+        // `8 * upper_columns` more if `tail_readable` (`unchecked_len`, just
+        // checked); the CPU has every feature `narrow_unchecked` needs (this
+        // function's target features).
+        unsafe {
+            if self.tail_readable {
+                avx512::narrow_unchecked::<true>(self, bytes.as_ptr(), key_hash)
+            } else {
+                avx512::narrow_unchecked::<false>(self, bytes.as_ptr(), key_hash)
+            }
+        }
     }
 
     /// The narrow AVX-512 query's answer for bytes shorter than the solution
@@ -863,23 +1061,37 @@ impl RibbonLayout {
         self.may_contain_scalar_path(bytes, key_hash)
     }
 
-    /// The key's shard, row and position in the solution; `None` if the
-    /// layout has no shard for it (impossible for a parsed layout).
+    /// The key's shard, row and position in a format 0x05 solution; `None`
+    /// if the layout has no shard for it (impossible for a parsed layout).
     ///
-    /// Branch-free after the shard lookup: the start block's column count
-    /// and first word come from `min` rather than a test against the first
-    /// upper block.
+    /// Branch-free after the shard lookup: each block's first word comes
+    /// from `min` rather than a test against the first upper block.
     #[inline(always)]
     fn locate(&self, key_hash: u64) -> Option<Located> {
+        debug_assert_eq!(self.format, Format::V5);
         let index = fastrange64(key_hash, self.num_shards as u64) as usize;
         let shard = self.shards.get(index)?;
         let h1 = seeded_with_mask(key_hash, shard.seed_mask);
         let row = row_from_seeded(h1, shard.num_starts);
-        let (here, columns) = shard.block_of(row.start, self.upper_columns as usize);
+        let upper = self.upper_columns as usize;
+        let block = row.start / BLOCK_SLOTS;
+        let shift = (row.start % BLOCK_SLOTS) as u32;
+        let first_upper = shard.upper_start_block as usize;
+        let columns = upper - usize::from(block < first_upper);
+        // Blocks are contiguous: the next block follows the start block,
+        // and the one after follows the next block.
+        let next = columns * WORD_BYTES;
+        let next_columns = upper - usize::from(block + 1 < first_upper);
         Some(Located {
-            here,
+            here: shard.block_word(block, upper) * WORD_BYTES,
+            next,
+            last: if shift == 0 {
+                next
+            } else {
+                next + next_columns * WORD_BYTES
+            },
             columns,
-            shift: (row.start % W) as u32,
+            shift,
             coeff: row.coeff,
             result: row.result,
         })
@@ -887,57 +1099,161 @@ impl RibbonLayout {
 
     #[inline(always)]
     fn query(&self, bytes: &[u8], key_hash: u64, parity64: impl Fn(u64) -> u32) -> bool {
+        if self.format == Format::V3 {
+            return self.query_v3(bytes, key_hash, parity64);
+        }
         match self.locate(key_hash) {
             Some(key) => Self::check_columns(bytes, &key, parity64),
             None => true,
         }
     }
 
-    /// The scalar column loop: one parity per result column.
+    /// The scalar column loop (format 0x05): one parity per result column.
     #[inline(always)]
     fn check_columns(bytes: &[u8], key: &Located, parity64: impl Fn(u64) -> u32) -> bool {
-        let (here, columns, shift) = (key.here, key.columns, key.shift);
-        // The key's 128 slots are bits `shift..128` of its start block's
-        // words and bits `0..shift` of the next block's. Rather than shifting
-        // every solution word into a window, split the coefficients once:
-        // `low` masks the start block's word, `high` the next block's.
-        let low = key.coeff << shift;
-        let word = |chunk: &[u8]| <[u8; WORD_BYTES]>::try_from(chunk).map(u128::from_le_bytes);
+        let len = key.columns * WORD_BYTES;
+        // Rather than shifting every solution word into the window, split
+        // the coefficients once into a mask per block.
+        let [m0, m1, m2] = key.masks();
+        let Some(words) = key.words(bytes) else {
+            return true;
+        };
+        let (a, b, c) = (
+            &words[..len],
+            &words[key.next..key.next + len],
+            &words[key.last..],
+        );
+        let word = |chunk: &[u8]| <[u8; WORD_BYTES]>::try_from(chunk).map(u64::from_le_bytes);
         // Columns are checked in a branch-free group of EARLY_EXIT_COLUMNS,
         // then the rest: `diff` collects mismatching columns.
         let mut diff = 0u32;
-        if shift == 0 {
-            let Some(words) = bytes.get(here..here + columns * WORD_BYTES) else {
+        let columns = a
+            .chunks_exact(WORD_BYTES)
+            .zip(b.chunks_exact(WORD_BYTES))
+            .zip(c.chunks_exact(WORD_BYTES));
+        for (j, ((wa, wb), wc)) in columns.enumerate() {
+            let (Ok(wa), Ok(wb), Ok(wc)) = (word(wa), word(wb), word(wc)) else {
                 return true;
             };
-            for (j, chunk) in words.chunks_exact(WORD_BYTES).enumerate() {
-                let Ok(w) = word(chunk) else { return true };
-                diff |= parity64(fold(w & low)) ^ ((key.result >> j) & 1);
-                if j + 1 == EARLY_EXIT_COLUMNS && diff != 0 {
-                    return false;
-                }
-            }
-        } else {
-            let high = key.coeff >> (W as u32 - shift);
-            // The next block follows and stores at least `columns` columns.
-            let Some(words) = bytes.get(here..here + 2 * columns * WORD_BYTES) else {
-                return true;
-            };
-            let (this_block, next_block) = words.split_at(columns * WORD_BYTES);
-            let pairs = this_block
-                .chunks_exact(WORD_BYTES)
-                .zip(next_block.chunks_exact(WORD_BYTES));
-            for (j, (c0, c1)) in pairs.enumerate() {
-                let (Ok(w0), Ok(w1)) = (word(c0), word(c1)) else {
-                    return true;
-                };
-                diff |= parity64(fold((w0 & low) ^ (w1 & high))) ^ ((key.result >> j) & 1);
-                if j + 1 == EARLY_EXIT_COLUMNS && diff != 0 {
-                    return false;
-                }
+            diff |= parity64((wa & m0) ^ (wb & m1) ^ (wc & m2)) ^ ((key.result >> j) & 1);
+            if j + 1 == EARLY_EXIT_COLUMNS && diff != 0 {
+                return false;
             }
         }
         diff == 0
+    }
+
+    /// The query of a format 0x03 layout (128-slot blocks of 16-byte
+    /// words), with POPCNT when the CPU has it: bounds-checked, scalar.
+    #[inline(never)]
+    fn may_contain_v3(&self, bytes: &[u8], key_hash: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if has_popcnt() {
+            // SAFETY: `query_v3_popcnt` only enables the `popcnt` target
+            // feature, and `has_popcnt` just confirmed this CPU supports it.
+            return unsafe { self.query_v3_popcnt(bytes, key_hash) };
+        }
+        self.query_v3(bytes, key_hash, parity_mul)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "popcnt")]
+    fn query_v3_popcnt(&self, bytes: &[u8], key_hash: u64) -> bool {
+        self.query_v3(bytes, key_hash, parity_popcnt)
+    }
+
+    /// Format 0x03: the key's start block of 128 slots holds bits
+    /// `shift..128` of its window, the next block (which directly follows
+    /// and stores at least as many columns) the rest.
+    #[inline(always)]
+    fn query_v3(&self, bytes: &[u8], key_hash: u64, parity64: impl Fn(u64) -> u32) -> bool {
+        let index = fastrange64(key_hash, self.num_shards as u64) as usize;
+        let Some(shard) = self.shards.get(index) else {
+            return true;
+        };
+        let row = row_from_seeded(
+            seeded_with_mask(key_hash, shard.seed_mask),
+            shard.num_starts,
+        );
+        let upper = self.upper_columns as usize;
+        let block = row.start / V3_BLOCK_SLOTS;
+        let shift = (row.start % V3_BLOCK_SLOTS) as u32;
+        let columns = upper - usize::from(block < shard.upper_start_block as usize);
+        let here = shard.block_word(block, upper) * V3_WORD_BYTES;
+        let len = columns * V3_WORD_BYTES;
+        let low = row.coeff << shift;
+        let high = if shift == 0 {
+            0
+        } else {
+            row.coeff >> (W as u32 - shift)
+        };
+        // With a block-aligned start the window ends with the start block,
+        // which may be the shard's last: read it again (ANDed with zero).
+        let next = if shift == 0 { here } else { here + len };
+        let (Some(this_block), Some(next_block)) =
+            (bytes.get(here..here + len), bytes.get(next..next + len))
+        else {
+            return true;
+        };
+        let word = |chunk: &[u8]| <[u8; V3_WORD_BYTES]>::try_from(chunk).map(u128::from_le_bytes);
+        let pairs = this_block
+            .chunks_exact(V3_WORD_BYTES)
+            .zip(next_block.chunks_exact(V3_WORD_BYTES));
+        for (j, (c0, c1)) in pairs.enumerate() {
+            let (Ok(w0), Ok(w1)) = (word(c0), word(c1)) else {
+                return true;
+            };
+            if parity64(fold((w0 & low) ^ (w1 & high))) != (row.result >> j) & 1 {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The query a decoded filter stores on paths other than the narrow
+/// AVX-512 one: its layout's [`may_contain`](RibbonLayout::may_contain) on
+/// its bytes; `true` ("may contain") for a filter that is not a Ribbon one.
+///
+/// # Safety
+///
+/// None needed (`unsafe` only to have the type of every query function).
+unsafe fn query_via_layout<F: RibbonSource>(filter: &F, key_hash: u64) -> bool {
+    filter.ribbon().may_contain(filter.ribbon_bytes(), key_hash)
+}
+
+/// The narrow AVX-512 query of a decoded filter, with no length check:
+/// `F`'s contract says its bytes are those the layout was parsed from.
+///
+/// # Safety
+///
+/// Must be the function [`RibbonLayout::query_fn_for`] returned for the
+/// filter's layout (its path is the narrow AVX-512 one, so the CPU has
+/// AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
+unsafe fn query_narrow<F: RibbonSource, const TAIL_READABLE: bool>(
+    filter: &F,
+    key_hash: u64,
+) -> bool {
+    let layout = filter.ribbon();
+    debug_assert_eq!(layout.path, QueryPath::Avx512Narrow);
+    debug_assert!(
+        !TAIL_READABLE
+            || filter.readable_len() >= layout.table_start + layout.upper_columns as usize * 8
+    );
+    // SAFETY: `query_fn_for` returns this function only for a layout on the
+    // narrow path, with `TAIL_READABLE` only if `F`'s `readable_len` (which
+    // does not change) is at least `table_start + 8 * upper_columns`;
+    // `parse` (or `on_path`, which keeps the parsed fields) chooses that
+    // path only for a format 0x05 layout that meets `narrow_unchecked`'s
+    // conditions and only when the CPU has its features (`empty()` never
+    // does), and layouts are not modified after that. By `F`'s contract the
+    // layout was parsed from exactly `ribbon_bytes()`, whose length `parse`
+    // checked is at least `table_start`, and `readable_len` bytes are
+    // readable from its first.
+    unsafe {
+        avx512::narrow_unchecked::<TAIL_READABLE>(layout, filter.ribbon_bytes().as_ptr(), key_hash)
     }
 }
 
@@ -955,8 +1271,8 @@ fn cpu_has_avx2() -> bool {
 }
 
 /// Whether this CPU has what the AVX-512 query uses: AVX-512 F and VL (masked
-/// loads, ternary logic, 256-bit permutes), VBMI2 (the funnel shift that
-/// builds the window), VPOPCNTDQ (the parities) and BMI2 (the row hashing's
+/// loads, ternary logic), VBMI2 (the funnel shift that moves the key's
+/// window into place), VPOPCNTDQ (the parities) and BMI2 (the row hashing's
 /// `mulx` and `rorx`).
 fn cpu_has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -978,133 +1294,73 @@ fn cpu_has_avx512() -> bool {
     }
 }
 
-/// The AVX-512 query: up to eight columns of both blocks per chunk, one
+/// The AVX-512 query (format 0x05): up to eight columns per chunk, one
 /// chunk for the usual rates (8 result bits or fewer).
 ///
-/// The window (`coeff << shift` over the start block's word and the next
-/// block's) is built in a 256-bit register by one masked `valignq` (whole
-/// words), one `valignq` (the word below each) and one `vpshldvq` (the bits
-/// within a word), and its low and high halves are broadcast to all four
-/// 128-bit lanes of a zmm. A chunk of `n <= 8` columns
-/// is two masked 64-byte loads per block (columns 0-3 and 4-7 of the chunk;
-/// lanes past the last column are zero and never read), masked and combined
-/// by one AND and one `vpternlogq` per 64 bytes: `(w0 & low) ^ (w1 &
-/// high)`. `vpunpcklqdq` / `vpunpckhqdq` and a three-way XOR fold each
-/// column's two 64-bit halves into one 64-bit lane (eight columns in one
-/// zmm) and XOR in the column's result bit at bit 0, so a column matches
-/// iff its lane has even parity: one `vpopcntq` and one `vptestmq` of the
-/// counts' bit 0 give the mismatching columns as a mask.
+/// A key's window starts at bit `shift = start % 64` of its start block's
+/// words (`a`, one 64-bit lane per column) and runs through the next
+/// block's (`b`) into the one after (`c`). Three masked 64-byte loads read
+/// the key's columns of the three blocks (lanes past the last column are
+/// zero and never read); two `vpshrdvq` funnel shifts by `shift` give the
+/// window's low and high 64 slots of every column (`lo = (b:a) >> shift`,
+/// `hi = (c:b) >> shift`; a count of 0 leaves `a` and `b`, so `c` is then
+/// unused), one AND and one `vpternlogq` mask them with the broadcast
+/// coefficient halves, and one `vpopcntq` and one `vptestmq` give the eight
+/// columns' parities as a mask, compared with the key's result bits.
 ///
 /// This module has `unsafe` because `#[target_feature]` functions and the
-/// vector loads need it. The loads of `check_columns` stay inside a slice
+/// vector loads need it. The loads of `check_columns` stay inside slices
 /// whose length was checked first; those of `narrow_unchecked` inside the
 /// solution, whose length its caller checked once (see its `# Safety`).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
-        fastrange64, row_from_seeded, seeded_with_mask, Located, QueryPath, RibbonLayout, W,
-        WORD_BYTES,
+        fastrange64, row_from_seeded, seeded_with_mask, Format, Located, QueryPath, RibbonLayout,
+        BLOCK_SLOTS, WORD_BYTES,
     };
     use std::arch::x86_64::*;
 
-    /// `vpternlogq` truth tables: `a ^ (b & c)` and `a ^ b ^ c`.
+    /// `vpternlogq` truth table: `a ^ (b & c)`.
     const XOR_AND: i32 = 0x78;
-    const XOR3: i32 = 0x96;
 
-    /// `lanes` for the first `n` columns of a chunk (`n <= 8`): bit `i`
-    /// selects 64-bit word `i`, two per column.
+    /// The lanes (columns) of `a`, `b` and `c` whose window has odd parity
+    /// against the coefficients: bit `i` for lane `i`.
     #[inline]
-    #[target_feature(enable = "bmi2")]
-    fn lanes(n: usize) -> u16 {
-        // `bzhi` reads the low 8 bits of its index and keeps all 16 bits
-        // from 16 up: `min(i / 2, 8)` columns, `i` = those 8 bits of `2n`,
-        // never more than `n` (`n < 8` gives `i = 2n`).
-        _bzhi_u32(0xffff, (2 * n) as u32) as u16
+    #[target_feature(enable = "avx512f,avx512vbmi2,avx512vpopcntdq")]
+    fn odd_columns(a: __m512i, b: __m512i, c: __m512i, shift: __m512i, coeff: u128) -> u8 {
+        let lo = _mm512_shrdv_epi64(a, b, shift);
+        let hi = _mm512_shrdv_epi64(b, c, shift);
+        let x = _mm512_ternarylogic_epi64::<XOR_AND>(
+            _mm512_and_si512(lo, _mm512_set1_epi64(coeff as i64)),
+            hi,
+            _mm512_set1_epi64((coeff >> 64) as i64),
+        );
+        _mm512_test_epi64_mask(_mm512_popcnt_epi64(x), _mm512_set1_epi64(1))
     }
 
-    /// Whether any of the columns that `lanes` selects (`lanes(n)` for `n`
-    /// columns, `1..=8`) differs from the key's result bits `bits` (bit `k`
-    /// = the column `k` after `at`, zero from bit `n` up). The columns'
-    /// start block words begin at `at`, their next block words at `at +
-    /// next`; `low` and `high` are the window halves broadcast to every
-    /// 128-bit lane.
+    /// Same answer as `RibbonLayout::check_columns` for format 0x05 layouts
+    /// of 2 to 8 upper columns (every key has 1 to 8): one chunk, and no
+    /// bounds checks.
     ///
     /// # Safety
     ///
-    /// `lanes` is `lanes(n)`, the `n * 16` bytes at `at` and at `at + next`
-    /// are readable, and the CPU must support AVX-512 F and VPOPCNTDQ.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
-    unsafe fn chunk_differs(
-        at: *const u8,
-        next: usize,
-        lanes: u16,
-        low: __m512i,
-        high: __m512i,
-        bits: u32,
-    ) -> bool {
-        // Two 64-bit words per column: the first register takes the first
-        // four columns, the second the rest.
-        let (m0, m1) = (lanes as u8, (lanes >> 8) as u8);
-        let load = |offset: usize, mask: u8| {
-            // SAFETY: the lanes `mask` selects are the bytes `offset..offset
-            // + 8 * popcount(mask)` from `at` (`lanes(n)` is contiguous from
-            // bit 0), within the first `n` columns, so within the `n * 16`
-            // readable bytes at `at` or at `at + next` by the caller's
-            // contract; masked-off lanes are not accessed (and do not
-            // fault), and `wrapping_add` makes computing an address past
-            // them for an all-zero mask harmless.
-            unsafe { _mm512_maskz_loadu_epi64(mask, at.wrapping_add(offset).cast::<i64>()) }
-        };
-        let x0 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(0, m0), low),
-            load(next, m0),
-            high,
-        );
-        let x1 = _mm512_ternarylogic_epi64::<XOR_AND>(
-            _mm512_and_si512(load(64, m1), low),
-            load(next + 64, m1),
-            high,
-        );
-        // After the unpack below, 64-bit lane `2k` holds column `k` of the
-        // chunk and lane `2k + 1` column `k + 4`: shift each lane's result
-        // bit to bit 0 (a constant vector, so the compiler knows every shift
-        // is below 64).
-        let lane_column = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
-        let expected = _mm512_and_si512(
-            _mm512_srlv_epi64(_mm512_set1_epi64(bits as i64), lane_column),
-            _mm512_set1_epi64(1),
-        );
-        // Lane 2k: column k (both halves XORed), lane 2k + 1: column k + 4.
-        let folded = _mm512_ternarylogic_epi64::<XOR3>(
-            _mm512_unpacklo_epi64(x0, x1),
-            _mm512_unpackhi_epi64(x0, x1),
-            expected,
-        );
-        let counts = _mm512_popcnt_epi64(folded);
-        _mm512_test_epi64_mask(counts, _mm512_set1_epi64(1)) != 0
-    }
-
-    /// Same answer as `RibbonLayout::check_columns` for layouts of 2 to 8
-    /// upper columns (every key has 1 to 8): one chunk, and no bounds
-    /// checks.
-    ///
-    /// # Safety
-    ///
-    /// `layout` comes from `RibbonLayout::parse` (so its shards lie one after
-    /// another in the solution, which ends at `table_start`, and it has
-    /// `num_shards` of them) and `layout.table_start <= u32::MAX` (so that
-    /// `ShardQuery::bases` are exact; both hold when `QueryPath::avx512`
-    /// picked this path), `solution` points to at least `layout.table_start`
-    /// readable bytes, and the CPU supports AVX-512 F, VL, VBMI2, VPOPCNTDQ
-    /// and BMI2.
+    /// `layout` comes from `RibbonLayout::parse` of format 0x05 bytes (so
+    /// its shards lie one after another in the solution, which ends at
+    /// `table_start`, it has `num_shards` of them, and each has at least
+    /// 128 slots) with at most 8 upper columns and `layout.table_start <=
+    /// u32::MAX` (so that `ShardQuery::bases` are exact; all hold when
+    /// `QueryPath::avx512` picked this path for such a layout), `solution`
+    /// points to at least `layout.table_start` readable bytes, and to `8 *
+    /// upper_columns` more if `TAIL_READABLE`, and the CPU supports AVX-512
+    /// F, VL, VBMI2, VPOPCNTDQ and BMI2.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-    pub(super) unsafe fn narrow_unchecked(
+    pub(super) unsafe fn narrow_unchecked<const TAIL_READABLE: bool>(
         layout: &RibbonLayout,
         solution: *const u8,
         key_hash: u64,
     ) -> bool {
+        debug_assert_eq!(layout.format, Format::V5);
         debug_assert_eq!(
             QueryPath::avx512(layout.upper_columns, layout.table_start),
             QueryPath::Avx512Narrow
@@ -1118,40 +1374,59 @@ mod avx512 {
             seeded_with_mask(key_hash, shard.seed_mask),
             shard.num_starts,
         );
-        let (block, shift) = (row.start / W, row.start % W);
-        let upper = usize::from(block >= shard.upper_start_block as usize);
-        let kind = &layout.kinds[upper];
+        let block = row.start / BLOCK_SLOTS;
+        // `block < 2^58`, so the comparisons are exact.
+        let past_last_lower = block as i64 - shard.last_lower_block;
+        let upper = usize::from(past_last_lower > 0);
+        let stride = shard.strides[upper];
+        let lanes = shard.lanes[upper];
+        // The key's result bits: one per column it checks.
+        let expected = row.result as u8 & lanes;
         // Modulo 2^32, exact for solutions below 4 GiB (this path's
         // condition, see `ShardQuery::bases`).
-        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(kind.stride));
-        let (here, stride) = (here as usize, kind.stride as usize);
-        let bits = row.result & u32::from(kind.result_bits);
-        // With a block-aligned start the window has no high half; the "next
-        // block" is then the start block again (ANDed with zero), so that
-        // the read stays inside the shard even for its last block.
-        let next = if shift == 0 { 0 } else { stride };
-        let (low, high) = window(row.coeff, shift as u32);
-        // SAFETY: `start < num_starts = 128 * num_blocks - 127`, so the start
-        // block is one of the shard's blocks, and unless the start is
-        // block-aligned (`next == 0`) it is not the last one. `kind` is the
-        // start block's, so `here` is the block's first byte (`parse` set
-        // `bases` so, exact below 4 GiB: this path's condition) and
-        // `stride` its `columns * 16` bytes: the `columns` words at `here`
-        // and at `here + next` are words of the shard, which `parse`
-        // checked lie below `table_start`, within `solution`'s readable
-        // bytes (the caller's contract). `kind.lanes` is `lanes(min(columns,
-        // 8))` (`BlockKind::new`). The CPU has AVX-512 F and VPOPCNTDQ (this
-        // function's target features).
-        !unsafe {
-            chunk_differs(
-                solution.wrapping_add(here),
-                next,
-                kind.lanes,
-                low,
-                high,
-                bits,
-            )
-        }
+        let here = shard.bases[upper].wrapping_add((block as u32).wrapping_mul(stride));
+        let (here, stride) = (here as usize, stride as usize);
+        // The next block follows the start block. The one after follows the
+        // next block, which stores one column more than the start block
+        // when it is the first upper block. With a block-aligned start the
+        // window ends with the next block, which may be the shard's last,
+        // and the block after is unused (the shift is 0): it is then read
+        // anyway if that is harmless (`TAIL_READABLE`), else the next block
+        // is read again.
+        let next = here + stride;
+        let edge = usize::from(past_last_lower == 0) * WORD_BYTES;
+        let last = if !TAIL_READABLE && row.start.is_multiple_of(BLOCK_SLOTS) {
+            next
+        } else {
+            next + stride + edge
+        };
+        let load = |at: usize| {
+            // SAFETY: `start < num_starts = 64 * num_blocks - 127`, so the
+            // start block and the next are blocks of the shard, and unless
+            // the start is block-aligned so is the one after. `upper` is
+            // the start block's kind, so `here` is its first byte (`parse`
+            // set `bases` so, exact below 4 GiB: this path's condition) and
+            // `stride` its `columns * 8` bytes; the next block starts right
+            // after it, and the one after right after the next, which has
+            // `stride` bytes or (`edge`, when it is the first upper block)
+            // one word more. The `columns` words read at each of `here`,
+            // `next` and `last` are therefore words of the shard (the later
+            // blocks have at least `columns` columns), which `parse`
+            // checked lie below `table_start`, within `solution`'s readable
+            // bytes (the caller's contract) -- except `last` for a
+            // block-aligned start in the shard's last possible block, which
+            // is then `next` (`!TAIL_READABLE`), or the shard's end, where
+            // the next shard starts or, for the last shard, at least `8 *
+            // upper_columns` readable bytes follow (`TAIL_READABLE`, the
+            // caller's contract). `lanes` selects exactly `columns` lanes
+            // (`column_lanes`, `columns <= 8`); masked-off lanes are not
+            // accessed.
+            unsafe { _mm512_maskz_loadu_epi64(lanes, solution.add(at).cast::<i64>()) }
+        };
+        let shift = _mm512_set1_epi64(row.start as i64);
+        // Lanes past the key's columns are zero: even.
+        let odd = odd_columns(load(here), load(next), load(last), shift, row.coeff);
+        odd == expected
     }
 
     /// Same answer as `RibbonLayout::check_columns`, for any column count:
@@ -1159,283 +1434,118 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
-        let columns = key.columns;
-        let Some((words, next)) = key_words(bytes, key) else {
+        let Some(words) = key.words(bytes) else {
             return true;
         };
-        let (low, high) = window(key.coeff, key.shift);
+        let shift = _mm512_set1_epi64(key.shift as i64);
         let mut first = 0;
-        while first < columns {
-            let n = (columns - first).min(8);
-            let at = words.as_ptr().wrapping_add(first * WORD_BYTES);
-            // SAFETY: `first + n <= columns`, so the `n` words at `first`
-            // and at `next + first` end at most at `next + columns * 16 ==
-            // words.len()` (`key_words`): they are bytes of `words`; `lanes`
-            // is `lanes(n)`. The CPU has AVX-512 F and VPOPCNTDQ (this
-            // function's target features).
-            let bits = _bzhi_u32(key.result >> first, n as u32);
-            if unsafe { chunk_differs(at, next, lanes(n), low, high, bits) } {
+        while first < key.columns {
+            let n = (key.columns - first).min(8);
+            let lanes = _bzhi_u32(0xff, n as u32) as u8;
+            let load = |block: usize| {
+                // SAFETY: `block` is 0, `next` or `last`, and `first + n <=
+                // columns`, so the `n` words from word `first` of that block
+                // end at most at `last + columns * 8 == words.len()` (`next
+                // <= last`, `Located::words`): bytes of `words`. `lanes`
+                // selects exactly those `n` lanes, and masked-off lanes are
+                // not accessed.
+                unsafe {
+                    _mm512_maskz_loadu_epi64(
+                        lanes,
+                        words
+                            .as_ptr()
+                            .wrapping_add(block + first * WORD_BYTES)
+                            .cast::<i64>(),
+                    )
+                }
+            };
+            let odd = odd_columns(load(0), load(key.next), load(key.last), shift, key.coeff);
+            if (odd ^ (key.result >> first) as u8) & lanes != 0 {
                 return false;
             }
             first += 8;
         }
         true
     }
-
-    /// The bytes a key's columns live in, from its start block's first word:
-    /// `columns` words of the start block, then (unless the start is
-    /// block-aligned) `columns` words of the next block, which begin at the
-    /// returned offset `next`; `None` if `bytes` is too short. With a
-    /// block-aligned start the window has no high half; `next` is then 0
-    /// (the start block again, ANDed with zero) so that the read stays
-    /// inside the shard even for its last block.
-    #[inline(always)]
-    fn key_words<'a>(bytes: &'a [u8], key: &Located) -> Option<(&'a [u8], usize)> {
-        let next = if key.shift == 0 {
-            0
-        } else {
-            key.columns * WORD_BYTES
-        };
-        // Two comparisons and no overflow check: `here <= bytes.len()`, then
-        // the length of the rest.
-        let words = bytes
-            .get(key.here..)?
-            .get(..next + key.columns * WORD_BYTES)?;
-        Some((words, next))
-    }
-
-    /// The key's window `coeff << shift` over the start block's word (the
-    /// first result, `low`) and the next block's (`high`), each broadcast to
-    /// every 128-bit lane.
-    ///
-    /// `[c0, c1, 0, 0]` is shifted left as one 256-bit number: by one whole
-    /// word when `shift >= 64` (a `valignq` with zero, masked by that test),
-    /// then the bits within a word by a funnel shift with the word below
-    /// (`valignq` with zero: the moved words one word up; `vpshldvq` reads
-    /// the low six bits of the count, and `shift % 64 == 0` keeps the word
-    /// as it is).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2")]
-    fn window(coeff: u128, shift: u32) -> (__m512i, __m512i) {
-        let coeff = _mm256_set_epi64x(0, 0, (coeff >> 64) as i64, coeff as i64);
-        let shift = _mm256_set1_epi64x(shift as i64);
-        let zero = _mm256_setzero_si256();
-        let whole = _mm256_test_epi64_mask(shift, _mm256_set1_epi64x(64));
-        let moved = _mm256_mask_alignr_epi64::<3>(coeff, whole, coeff, zero);
-        let carried = _mm256_alignr_epi64::<3>(moved, zero);
-        let window = _mm512_castsi256_si512(_mm256_shldv_epi64(moved, carried, shift));
-        (
-            _mm512_shuffle_i64x2::<0b00_00_00_00>(window, window),
-            _mm512_shuffle_i64x2::<0b01_01_01_01>(window, window),
-        )
-    }
 }
 
-/// The AVX2 query: all result columns of a key at once.
+/// The AVX2 query (format 0x05): four columns per chunk.
 ///
-/// The key's window is the 256-bit value `coeff << shift` over the start
-/// block's word (bits 0..128) and the next block's (bits 128..256). Two
-/// adjacent columns of a block are one 32-byte load, so a pair of columns is
-/// two loads, two ANDs (with the window's low half broadcast to both 128-bit
-/// lanes, and its high half) and an XOR. Four pairs (eight columns) are
-/// reduced together: unpack and XOR to one 64-bit word per column, one
-/// shuffle and XOR to one 32-bit word per column, two shift-XORs, an AND and
-/// one multiplication to put each column's parity in bit 31, XOR with the
-/// key's result bits shifted there, and one `vtestps` of the bits 31 tells
-/// whether any column differs.
+/// The key's window is split once into three 64-bit masks, of its start
+/// block's words, the next block's and the one after's
+/// ([`Located::masks`](super::Located)). A chunk is one masked 32-byte load
+/// per block (four columns; lanes past the last column are zero and never
+/// read), three ANDs and two XORs, six shift-XORs that bring each lane's
+/// parity to its bit 63, and one `vmovmskpd` of those bits, compared with
+/// the key's result bits.
 ///
 /// This module has `unsafe` because `#[target_feature]` functions and the
-/// vector loads need it; the loads stay inside a slice whose length was
+/// vector loads need it; the loads stay inside slices whose length was
 /// checked first.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Located, WORD_BYTES};
     use std::arch::x86_64::*;
 
-    /// `vpermd` indices that move the 64-bit words of `[c0, c1, 0, 0]` up
-    /// by 0, 1 or 2 words, filling with the zero words.
-    static SHIFT_WORDS: [[i32; 8]; 3] = [
-        [0, 1, 2, 3, 4, 5, 6, 7],
-        [4, 5, 0, 1, 2, 3, 4, 5],
-        [4, 5, 4, 5, 0, 1, 2, 3],
+    /// `vpmaskmovq` masks selecting the first `n` of four lanes.
+    static LANES: [[i64; 4]; 5] = [
+        [0, 0, 0, 0],
+        [-1, 0, 0, 0],
+        [-1, -1, 0, 0],
+        [-1, -1, -1, 0],
+        [-1, -1, -1, -1],
     ];
 
-    /// Lane `i` of the reduced vector of a chunk holds column `a_(i % 4) +
-    /// i / 4`, where pair `q` covers columns `a_q = min(first + 2q,
-    /// columns - 2)` and `a_q + 1`. These are `31 - column` for the first
-    /// chunk (`first == 0`) of 6, 7 and 8 or more columns: the shifts that
-    /// bring each lane's result bit to bit 31.
-    static FIRST_CHUNK_SHIFTS: [[i32; 8]; 3] = {
-        let mut table = [[0; 8]; 3];
-        let mut columns = 6;
-        while columns <= 8 {
-            let mut lane = 0;
-            while lane < 8 {
-                let pair = 2 * (lane % 4) as i32;
-                let last_pair = columns - 2;
-                let first = if pair < last_pair { pair } else { last_pair };
-                table[(columns - 6) as usize][lane] = 31 - (first + (lane / 4) as i32);
-                lane += 1;
-            }
-            columns += 1;
-        }
-        table
-    };
-
-    /// The relative pair starts and second-column offsets of lanes, for
-    /// other chunks: see [`FIRST_CHUNK_SHIFTS`].
-    static PAIR_FIRST: [i32; 8] = [0, 2, 4, 6, 0, 2, 4, 6];
-    static PAIR_SECOND: [i32; 8] = [0, 0, 0, 0, 1, 1, 1, 1];
-
-    /// Loads 32 bytes at `at` of `words`.
-    ///
-    /// # Safety
-    ///
-    /// `at + 32 <= words.len()`, and the CPU must support AVX2.
+    /// Same answer as `RibbonLayout::check_columns`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn load32(words: &[u8], at: usize) -> __m256i {
-        debug_assert!(at + 32 <= words.len());
-        // SAFETY: the caller guarantees `at + 32 <= words.len()`, so the
-        // unaligned 32-byte load reads only bytes of `words`.
-        unsafe { _mm256_loadu_si256(words.as_ptr().add(at).cast::<__m256i>()) }
-    }
-
-    /// Loads an `[i32; 8]` as a vector.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn load_i32x8(v: &[i32; 8]) -> __m256i {
-        // SAFETY: `v` is 32 readable bytes; the load is unaligned.
-        unsafe { _mm256_loadu_si256(v.as_ptr().cast::<__m256i>()) }
-    }
-
-    /// Eight columns, as four pairs starting at byte offsets `at` (each at
-    /// most `columns * 16 - 32`) of the start block (`words`) and of the
-    /// next block (`words[next..]`): the parity of each column's masked
-    /// solution bits in bit 31 of a 32-bit lane, lane `i` for the pair
-    /// `at[i % 4]`, its column `i / 4` (other bits are garbage).
-    ///
-    /// # Safety
-    ///
-    /// `next + at[q] + 32 <= words.len()` for every `q`, and the CPU must
-    /// support AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn chunk_parities(
-        words: &[u8],
-        next: usize,
-        at: [usize; 4],
-        low: __m256i,
-        high: __m256i,
-    ) -> __m256i {
-        let pair = |at: usize| {
-            // SAFETY: the caller guarantees `next + at + 32 <=
-            // words.len()`, which covers both loads.
-            let (w0, w1) = unsafe { (load32(words, at), load32(words, next + at)) };
-            // 64-bit words: [a lo, a hi, a+1 lo, a+1 hi].
-            _mm256_xor_si256(_mm256_and_si256(w0, low), _mm256_and_si256(w1, high))
+    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> bool {
+        let Some(words) = key.words(bytes) else {
+            return true;
         };
-        let (p0, p1, p2, p3) = (pair(at[0]), pair(at[1]), pair(at[2]), pair(at[3]));
-        // One 64-bit word per column: [a0, a1 | a0+1, a1+1].
-        let z01 = _mm256_xor_si256(_mm256_unpacklo_epi64(p0, p1), _mm256_unpackhi_epi64(p0, p1));
-        let z23 = _mm256_xor_si256(_mm256_unpacklo_epi64(p2, p3), _mm256_unpackhi_epi64(p2, p3));
-        // One 32-bit word per column: [a0, a1, a2, a3 | a0+1, .., a3+1].
-        let (z01, z23) = (_mm256_castsi256_ps(z01), _mm256_castsi256_ps(z23));
-        let mut x = _mm256_castps_si256(_mm256_xor_ps(
-            _mm256_shuffle_ps::<0b10_00_10_00>(z01, z23),
-            _mm256_shuffle_ps::<0b11_01_11_01>(z01, z23),
-        ));
-        // Parity of each 32-bit lane into its bit 31: each nibble's parity
-        // into the nibble's bit 0, then one multiplication sums those eight
-        // bits into bits 31.. (the partial sums below stay under bit 31).
-        x = _mm256_xor_si256(x, _mm256_srli_epi32::<1>(x));
-        x = _mm256_xor_si256(x, _mm256_srli_epi32::<2>(x));
-        x = _mm256_and_si256(x, _mm256_set1_epi32(0x1111_1111));
-        _mm256_mullo_epi32(x, _mm256_set1_epi32(0x8888_8888_u32 as i32))
-    }
-
-    /// Same answer as `RibbonLayout::check_columns` for `key.columns >= 2`;
-    /// `None` for fewer columns.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) fn check_columns(bytes: &[u8], key: &Located) -> Option<bool> {
-        let columns = key.columns;
-        if columns < 2 {
-            return None;
-        }
-        let shift = key.shift;
-        // The next block's words, relative to `here`. With a block-aligned
-        // start the window has no high half; point the "next block" at the
-        // start block instead (ANDed with zero) so that the read stays inside
-        // the shard even for its last block.
-        let next = if shift == 0 { 0 } else { columns * WORD_BYTES };
-        let Some(words) = bytes.get(key.here..key.here + next + columns * WORD_BYTES) else {
-            return Some(true);
-        };
-
-        // The window: [c0, c1, 0, 0] shifted left by `shift` bits as one
-        // 256-bit number. Whole words by `vpermd`, then the bits within a
-        // word; `srlv` by 64 gives 0, so `bits == 0` needs no special case.
-        let coeff =
-            _mm256_zextsi128_si256(_mm_set_epi64x((key.coeff >> 64) as i64, key.coeff as i64));
-        let (whole, bits) = ((shift / 64) as usize, (shift % 64) as i64);
-        let moved = _mm256_permutevar8x32_epi32(coeff, load_i32x8(&SHIFT_WORDS[whole]));
-        let carried = _mm256_permutevar8x32_epi32(coeff, load_i32x8(&SHIFT_WORDS[whole + 1]));
-        let window = _mm256_or_si256(
-            _mm256_sllv_epi64(moved, _mm256_set1_epi64x(bits)),
-            _mm256_srlv_epi64(carried, _mm256_set1_epi64x(64 - bits)),
-        );
-        // Both lanes `low` (masks the start block), both lanes `high`.
-        let low = _mm256_permute4x64_epi64::<0b01_00_01_00>(window);
-        let high = _mm256_permute4x64_epi64::<0b11_10_11_10>(window);
-        let result = _mm256_set1_epi32(key.result as i32);
-
-        // Pair q covers columns a_q and a_q + 1, a_q = first + 2q clamped so
-        // that the pair stays inside the block; a clamped pair repeats
-        // columns already checked, against the same result bits.
-        let last_pair = columns - 2;
-        let at =
-            |first: usize| [0, 2, 4, 6].map(|q: usize| (first + q).min(last_pair) * WORD_BYTES);
+        let [m0, m1, m2] = key.masks().map(|m| _mm256_set1_epi64x(m as i64));
         let mut first = 0;
-        if columns >= 6 {
-            // The usual case (rates of 2^-5 and below): only the fourth
-            // pair of the first chunk can need clamping.
-            let at = [0, 32, 64, (3 * 32).min(last_pair * WORD_BYTES)];
-            // SAFETY: every offset is at most `(columns - 2) * 16` (as
-            // `columns >= 6`), so `next + at + 32 <= next + columns * 16 ==
-            // words.len()`; the CPU has AVX2 (this function's target
-            // feature).
-            let parities = unsafe { chunk_parities(words, next, at, low, high) };
-            let shifts = load_i32x8(&FIRST_CHUNK_SHIFTS[columns.min(8) - 6]);
-            let mismatch = _mm256_xor_si256(parities, _mm256_sllv_epi32(result, shifts));
-            if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
-                return Some(false);
-            }
-            first = 8;
-        }
-        // Fewer than six columns, or more than eight (rates below 2^-8):
-        // eight at a time.
-        while first < columns {
-            // SAFETY: every offset is at most `(columns - 2) * 16`, so
-            // `next + at + 32 <= next + columns * 16 == words.len()`; the
-            // CPU has AVX2 (this function's target feature).
-            let parities = unsafe { chunk_parities(words, next, at(first), low, high) };
-            let column = _mm256_add_epi32(
-                _mm256_min_epi32(
-                    _mm256_add_epi32(_mm256_set1_epi32(first as i32), load_i32x8(&PAIR_FIRST)),
-                    _mm256_set1_epi32(last_pair as i32),
+        while first < key.columns {
+            let n = (key.columns - first).min(4);
+            // SAFETY: `LANES[n]` is 32 readable bytes; the load is unaligned.
+            let lanes = unsafe { _mm256_loadu_si256(LANES[n].as_ptr().cast::<__m256i>()) };
+            let load = |block: usize| {
+                // SAFETY: `block` is 0, `next` or `last`, and `first + n <=
+                // columns`, so the `n` words from word `first` of that block
+                // end at most at `last + columns * 8 == words.len()` (`next
+                // <= last`, `Located::words`): bytes of `words`. `lanes`
+                // selects exactly those `n` lanes, and masked-off lanes are
+                // not accessed.
+                unsafe {
+                    _mm256_maskload_epi64(
+                        words
+                            .as_ptr()
+                            .wrapping_add(block + first * WORD_BYTES)
+                            .cast::<i64>(),
+                        lanes,
+                    )
+                }
+            };
+            let mut x = _mm256_xor_si256(
+                _mm256_xor_si256(
+                    _mm256_and_si256(load(0), m0),
+                    _mm256_and_si256(load(key.next), m1),
                 ),
-                load_i32x8(&PAIR_SECOND),
+                _mm256_and_si256(load(key.last), m2),
             );
-            let expected =
-                _mm256_sllv_epi32(result, _mm256_sub_epi32(_mm256_set1_epi32(31), column));
-            let mismatch = _mm256_xor_si256(parities, expected);
-            if _mm256_testz_ps(_mm256_castsi256_ps(mismatch), _mm256_castsi256_ps(mismatch)) == 0 {
-                return Some(false);
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<32>(x));
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<16>(x));
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<8>(x));
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<4>(x));
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<2>(x));
+            x = _mm256_xor_si256(x, _mm256_slli_epi64::<1>(x));
+            let odd = _mm256_movemask_pd(_mm256_castsi256_pd(x)) as u32;
+            if odd != (key.result >> first) & ((1 << n) - 1) {
+                return false;
             }
-            first += 8;
+            first += 4;
         }
-        Some(true)
+        true
     }
 }
 
@@ -1651,23 +1761,27 @@ impl RibbonPolicy {
             let keys = end - begin;
             begin = end;
             let wanted = (keys as f64 * (1.0 + overhead_of(keys))).ceil();
-            let num_blocks = ((wanted / W as f64).round() as usize).max(1);
+            // Sized in whole rows' widths (128 slots), as the first layout
+            // was, then stored as blocks of 64 slots.
+            let rows_wide = ((wanted / W as f64).round() as usize).max(1);
+            // Upper blocks sit at the end; pick their number so the share of
+            // starts in them matches `share`.
+            let num_starts = (rows_wide * W - (W - 1)) as f64;
+            let upper_wide = ((share * num_starts + (W - 1) as f64) / W as f64).round() as usize;
+            let upper_wide = if share <= 0.0 {
+                0
+            } else {
+                upper_wide.clamp(1, rows_wide)
+            };
+            let per_row = W / BLOCK_SLOTS;
+            let num_blocks = rows_wide * per_row;
             if num_blocks > u32::MAX as usize {
                 return fallback(BuildOutcome::default());
             }
-            // Upper blocks sit at the end; pick their number so the share of
-            // starts in them matches `share`.
-            let num_starts = (num_blocks * W - (W - 1)) as f64;
-            let upper_blocks = ((share * num_starts + (W - 1) as f64) / W as f64).round() as usize;
-            let upper_blocks = if share <= 0.0 {
-                0
-            } else {
-                upper_blocks.clamp(1, num_blocks)
-            };
             let shard = RibbonShard {
                 word_offset: word_offset as u32,
                 num_blocks: num_blocks as u32,
-                upper_start_block: (num_blocks - upper_blocks) as u32,
+                upper_start_block: ((rows_wide - upper_wide) * per_row) as u32,
                 seed: 0,
             };
             word_offset += shard.words(upper);
@@ -1726,7 +1840,7 @@ impl RibbonPolicy {
                 let band = (0..LANES)
                     .find(|&b| jobs.iter().all(|job| job.band != b))
                     .expect("a free band");
-                let slots = shards[shard].num_blocks as usize * W;
+                let slots = shards[shard].num_blocks as usize * BLOCK_SLOTS;
                 bands[band].prepare(&partitioned[key_ranges[shard].clone()], slots, 0);
                 if bands[band].keys() == 0 {
                     solve(&bands[band], &mut shards[shard], 0, &mut out);
@@ -1753,7 +1867,7 @@ impl RibbonPolicy {
             job.seed += 1;
             if job.seed < max_seeds {
                 let band = &mut bands[job.band];
-                let slots = shards[job.shard].num_blocks as usize * W;
+                let slots = shards[job.shard].num_blocks as usize * BLOCK_SLOTS;
                 band.prepare(
                     &partitioned[key_ranges[job.shard].clone()],
                     slots,
@@ -1885,7 +1999,7 @@ impl Band {
     /// solver with POPCNT when it has that, else the portable parity (all
     /// write the same bytes; `path` forces a slower one for tests).
     fn solve(&self, upper: u32, upper_start_block: usize, out: &mut [u8], path: SolvePath) {
-        let mut layout = Interleaved128 {
+        let mut layout = Interleaved64 {
             out,
             block_end: None,
             upper_start_block,
@@ -1917,7 +2031,7 @@ impl Band {
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "popcnt")]
-    fn solve_popcnt(&self, columns: usize, layout: &mut Interleaved128<'_>) {
+    fn solve_popcnt(&self, columns: usize, layout: &mut Interleaved64<'_>) {
         backsub::solve_scalar(&self.coeffs, &self.results, columns, parity_popcnt, layout)
     }
 }
@@ -1935,10 +2049,11 @@ pub enum SolvePath {
     Portable,
 }
 
-/// Writes solved words into a shard's interleaved solution: block `b` (128
-/// slots, 64-slot blocks `2b` and `2b + 1`) holds one 16-byte word per
-/// column, `upper - 1` columns below `upper_start_block`, `upper` from it.
-struct Interleaved128<'a> {
+/// Writes solved words into a shard's interleaved solution (format 0x05):
+/// block `q` (64 slots) holds one 8-byte word per column, `upper - 1`
+/// columns below `upper_start_block`, `upper` from it, blocks one after
+/// another.
+struct Interleaved64<'a> {
     /// Exactly the shard's solution bytes.
     out: &'a mut [u8],
     /// Where the block after the one being written starts (`None`: the end).
@@ -1947,19 +2062,12 @@ struct Interleaved128<'a> {
     upper: usize,
 }
 
-impl backsub::Solution for Interleaved128<'_> {
-    fn emit(&mut self, q: usize, low: &[u64], high: &[u64]) {
-        if q % 2 == 1 {
-            // The first half of a 128-slot block: its words are `high` when
-            // block `q - 1` is emitted.
-            return;
-        }
-        let block = q / 2;
-        let columns = self.upper - usize::from(block < self.upper_start_block);
+impl backsub::Solution for Interleaved64<'_> {
+    fn emit(&mut self, q: usize, low: &[u64], _high: &[u64]) {
+        let columns = self.upper - usize::from(q < self.upper_start_block);
         let end = self.block_end.unwrap_or(self.out.len());
         let start = end - columns * WORD_BYTES;
-        for (j, (&lo, &hi)) in low.iter().zip(high).take(columns).enumerate() {
-            let word = u128::from(lo) | u128::from(hi) << 64;
+        for (j, &word) in low.iter().take(columns).enumerate() {
             let at = start + j * WORD_BYTES;
             self.out[at..at + WORD_BYTES].copy_from_slice(&word.to_le_bytes());
         }
