@@ -156,7 +156,7 @@
 //! query and back substitution are then compiled with that target feature),
 //! else a multiply trick; all paths give identical bytes and answers
 //! (tested). With AVX-512 the back substitution solves eight columns at
-//! once in zmm registers (`avx512::solve`, same bytes).
+//! once in zmm registers (`backsub::solve_avx512`, same bytes).
 //!
 //! # Hashing
 //!
