@@ -11,10 +11,11 @@
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
 //! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`] and the
-//! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by that format's own small trailer (sizes, probe count or
-//! seed). A table written under one policy therefore stays readable
-//! after the database switches to another: [`Filter::decode`] and the free
-//! function [`may_contain`] pick the right implementation from the bytes. Empty
+//! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by
+//! that format's own small trailer (sizes, probe count or seed). A table
+//! written under one policy therefore stays readable after the database
+//! switches to another: [`Filter::decode`] and the free function
+//! [`may_contain`] pick the right implementation from the bytes. Empty
 //! bytes mean the table has no filter ([`Unfiltered::NoFilter`]). Bytes that
 //! are truncated, or carry an unknown id or impossible parameters, are never
 //! trusted: they decode to a filter that answers "may contain" for every key
