@@ -383,3 +383,116 @@ fn builds_with_few_seeds_tiny_shards_and_duplicates() {
         }
     }
 }
+
+/// `bytes` copied so that they end exactly where an inaccessible page
+/// begins: a read past their end faults (the test process dies) instead of
+/// reading whatever follows, so out-of-bounds reads that do not change the
+/// answer (a masked-off window) are caught without a sanitizer.
+#[cfg(unix)]
+struct Guarded {
+    map: *mut libc::c_void,
+    map_len: usize,
+    start: usize,
+    len: usize,
+}
+
+#[cfg(unix)]
+impl Guarded {
+    fn new(bytes: &[u8]) -> Guarded {
+        // SAFETY: plain libc calls; the mapping is private to this value,
+        // the copy stays inside its accessible pages, and `drop` unmaps it.
+        unsafe {
+            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+            let data_pages = bytes.len().div_ceil(page).max(1);
+            let map_len = (data_pages + 1) * page;
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED);
+            let guard = map.cast::<u8>().add(data_pages * page);
+            assert_eq!(libc::mprotect(guard.cast(), page, libc::PROT_NONE), 0);
+            let start = data_pages * page - bytes.len();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>().add(start), bytes.len());
+            Guarded {
+                map,
+                map_len,
+                start,
+                len: bytes.len(),
+            }
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` initialised bytes at `start` of the live mapping.
+        unsafe { std::slice::from_raw_parts(self.map.cast::<u8>().add(self.start), self.len) }
+    }
+}
+
+#[cfg(unix)]
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer borrowed.
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+/// The slice queries (`RibbonLayout::may_contain` on every path, and
+/// `filter::may_contain`) on bytes followed by an inaccessible page: the
+/// whole filter, the solution alone and the solution plus fewer bytes than
+/// the narrow query's tail. One shard (too few table bytes after the
+/// solution for the narrow query to read past it, from 3 columns) and
+/// many; two-block shards, so that every key's window ends with its shard.
+#[cfg(unix)]
+#[test]
+fn slice_queries_never_read_past_the_bytes() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    for upper in [2u32, 3, 5, 8, 9] {
+        for num_shards in [1usize, 2, 7] {
+            for blocks in [2..=2, 2..=5] {
+                let (bytes, entries) =
+                    random_layout(&mut rng, num_shards, blocks, upper, FORMAT_RIBBON);
+                let layout = RibbonLayout::parse(&bytes).expect("consistent");
+                let paths: Vec<RibbonLayout> = ["avx512", "avx2", "scalar"]
+                    .iter()
+                    .filter_map(|&p| layout.clone().on_path(p))
+                    .collect();
+                let table_start = bytes.len() - TRAILER_BYTES - num_shards * SHARD_ENTRY_BYTES;
+                let tail = 8 * upper as usize;
+                let mut lengths = vec![bytes.len(), table_start, table_start + 1];
+                lengths.extend([table_start + tail - 1, table_start + tail]);
+                lengths.retain(|&len| len <= bytes.len());
+                let p = probes(&mut rng, 300);
+                for len in lengths {
+                    let guarded = Guarded::new(&bytes[..len]);
+                    let cut = guarded.bytes();
+                    for &h in &p {
+                        let want = layout.may_contain_portable(cut, h);
+                        if len >= table_start {
+                            let defined =
+                                reference(&bytes, &entries, upper as usize, FORMAT_RIBBON, h);
+                            assert_eq!(want, defined, "length {len}");
+                        }
+                        assert_eq!(layout.may_contain(cut, h), want, "length {len}");
+                        for l in &paths {
+                            assert_eq!(l.may_contain(cut, h), want, "length {len}");
+                        }
+                        for answer in [
+                            layout.may_contain_avx2_path(cut, h),
+                            layout.may_contain_avx512_path(cut, h),
+                        ] {
+                            assert!(answer.is_none_or(|a| a == want), "length {len}");
+                        }
+                        if len == bytes.len() {
+                            assert_eq!(filter::may_contain(cut, h), want);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
