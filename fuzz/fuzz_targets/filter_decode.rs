@@ -1,25 +1,67 @@
 //! Filter decoding: arbitrary filter bytes must decode to something that
 //! answers without panicking; built filters damaged by the input likewise,
-//! and undamaged ones never give a false negative.
+//! and undamaged ones never give a false negative. Ribbon bytes may have
+//! their table checksum repaired first (mode bit 1 for raw bytes, a flip
+//! list of length 1 mod 3 for damaged ones), so that crafted shard tables
+//! reach the layout checks and the unchecked query; every query path of a
+//! Ribbon layout must then give the portable path's answer.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sievedb::filter::ribbon::RibbonLayout;
 use sievedb::filter::{key_hash, may_contain, Filter};
-use sievedb_fuzz::{apply_flips, chunks, policy};
+use sievedb_fuzz::{apply_flips, chunks, fix_ribbon_crc, policy};
+
+/// Every path of a parsed Ribbon layout, on the bytes and on a prefix,
+/// agrees with the portable one.
+fn check_ribbon_paths(bytes: &[u8], hashes: impl Iterator<Item = u64> + Clone) {
+    let Some(layout) = RibbonLayout::parse(bytes) else {
+        return;
+    };
+    let paths: Vec<RibbonLayout> = ["avx512", "avx2", "scalar"]
+        .iter()
+        .filter_map(|p| layout.clone().on_path(p))
+        .collect();
+    let decoded = Filter::decode(bytes);
+    for h in hashes {
+        let want = layout.may_contain_portable(bytes, h);
+        assert_eq!(decoded.may_contain(h), want, "Filter::decode");
+        assert_eq!(may_contain(bytes, h), want, "filter::may_contain");
+        for l in &paths {
+            assert_eq!(l.may_contain(bytes, h), want, "path");
+        }
+        let cut = &bytes[..bytes.len() / 2];
+        let want = layout.may_contain_portable(cut, h);
+        for l in &paths {
+            assert_eq!(l.may_contain(cut, h), want, "path, cut");
+        }
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
     if mode % 2 == 0 {
+        let mut rest = rest.to_vec();
+        if mode & 2 != 0 {
+            fix_ribbon_crc(&mut rest);
+        }
+        let rest = &rest[..];
         let filter = Filter::decode(rest.to_vec());
-        for h in rest.chunks(8).take(32) {
+        let hashes = rest.chunks(8).take(32).map(|h| {
             let mut w = [0u8; 8];
             w[..h.len()].copy_from_slice(h);
-            let h = u64::from_le_bytes(w);
+            u64::from_le_bytes(w)
+        });
+        for h in hashes.clone() {
             let _ = filter.may_contain(h);
             let _ = may_contain(rest, h);
         }
+        check_ribbon_paths(
+            rest,
+            hashes.chain((0..64u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+        );
         let _ = (
             filter.len_bytes(),
             filter.format_name(),
@@ -41,9 +83,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     apply_flips(&mut bytes, flips);
+    if flips.len() % 3 == 1 {
+        fix_ribbon_crc(&mut bytes);
+    }
     let filter = Filter::decode(bytes.clone());
     for &h in &hashes {
         let _ = filter.may_contain(h);
         let _ = pol.may_contain(&bytes, h);
     }
+    check_ribbon_paths(&bytes, hashes.iter().copied());
 });

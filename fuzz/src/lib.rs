@@ -213,3 +213,25 @@ pub fn encode_batch(first_seq: u64, data: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// Rewrites the checksum of Ribbon filter bytes (format 0x05 or 0x03) over
+/// their shard table, shard count and column count, as the builder
+/// computes it, so that crafted or damaged tables reach the layout checks
+/// and the queries behind the checksum (which is not a MAC). Bytes that do
+/// not end in a Ribbon id or whose table does not fit are left alone.
+pub fn fix_ribbon_crc(bytes: &mut [u8]) {
+    let len = bytes.len();
+    if len < 10 || !matches!(bytes[len - 1], 0x03 | 0x05) {
+        return;
+    }
+    let t = len - 10;
+    let num_shards = u32::from_le_bytes([bytes[t], bytes[t + 1], bytes[t + 2], bytes[t + 3]]);
+    let Some(table_start) = (num_shards as usize)
+        .checked_mul(13)
+        .and_then(|table| t.checked_sub(table))
+    else {
+        return;
+    };
+    let crc = crc32fast::hash(&bytes[table_start..t + 5]);
+    bytes[t + 5..t + 9].copy_from_slice(&crc.to_le_bytes());
+}

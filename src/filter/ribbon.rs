@@ -2627,6 +2627,28 @@ mod tests {
     }
 
     #[test]
+    fn lanes_on_the_smallest_bands() {
+        // 128 slots: one start (0) for every key, so chains run through the
+        // whole band to its last slot; 192: starts 0..65. One key, a few,
+        // about as many keys as slots (solvable or not) and more than
+        // slots (never), with and without duplicates; lanes stop at very
+        // different times.
+        let mut shards: Vec<Shard> = Vec::new();
+        for i in 0..24u64 {
+            let n = [1u64, 2, 60, 110, 128, 140][i as usize % 6];
+            let mut keys = test_hashes(n, 1_000 + i);
+            if i % 4 == 3 {
+                keys.extend(keys.clone());
+            }
+            let slots = if i % 12 < 6 { 128 } else { 192 };
+            shards.push((keys, slots, i as u8));
+        }
+        let solved = check_lanes_match_one_at_a_time(&shards);
+        assert!(solved[0] && solved[1], "{solved:?}");
+        assert!(!solved[5], "{solved:?}");
+    }
+
+    #[test]
     fn attend_moves_a_row_past_the_low_64_bits() {
         // A stored row and a new one at the same slot with the same low 64
         // coefficient bits: the XOR leaves only high bits, a pivot 64 or
