@@ -130,9 +130,10 @@ mod avx512 {
     const XOR_AND: i32 = 0x78;
     const AND_XOR: i32 = 0x6a;
 
-    /// `G` register pairs: columns `8g..8g + 8` in pair `g`; lanes past
-    /// `columns` have result bits 0 and stay 0 (their words are not
-    /// emitted).
+    /// `G` register pairs: columns `8g..8g + 8` in pair `g`. Lanes past
+    /// `columns` are solved too, from whatever result bits the rows carry
+    /// there; lanes never affect each other, and only the first `columns`
+    /// words are passed to `emit`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vbmi2,avx512vpopcntdq")]
     pub(super) fn solve<const G: usize>(
