@@ -882,13 +882,10 @@ impl RibbonLayout {
     #[inline(never)]
     #[target_feature(enable = "avx2,bmi2")]
     fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> bool {
-        if self.format == Format::V3 {
-            return self.may_contain_v3(bytes, key_hash);
+        match self.locate_v5(bytes, key_hash) {
+            Ok(key) => avx2::check_columns(bytes, &key),
+            Err(answer) => answer,
         }
-        let Some(key) = self.locate(key_hash) else {
-            return true;
-        };
-        avx2::check_columns(bytes, &key)
     }
 
     /// The scalar query (POPCNT when the CPU has it), kept out of line so
@@ -1011,13 +1008,10 @@ impl RibbonLayout {
     #[inline(never)]
     #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
     fn may_contain_avx512(&self, bytes: &[u8], key_hash: u64) -> bool {
-        if self.format == Format::V3 {
-            return self.may_contain_v3(bytes, key_hash);
+        match self.locate_v5(bytes, key_hash) {
+            Ok(key) => avx512::check_columns(bytes, &key),
+            Err(answer) => answer,
         }
-        let Some(key) = self.locate(key_hash) else {
-            return true;
-        };
-        avx512::check_columns(bytes, &key)
     }
 
     /// The AVX-512 query for format 0x05 layouts of 2 to 8 upper columns
@@ -1095,6 +1089,17 @@ impl RibbonLayout {
             coeff: row.coeff,
             result: row.result,
         })
+    }
+
+    /// For the vector paths: the key's row in a format 0x05 layout, or the
+    /// answer when there is nothing for them to check (a format 0x03 layout,
+    /// answered by its own bounds-checked query, or a key without a shard).
+    #[inline(always)]
+    fn locate_v5(&self, bytes: &[u8], key_hash: u64) -> std::result::Result<Located, bool> {
+        if self.format == Format::V3 {
+            return Err(self.may_contain_v3(bytes, key_hash));
+        }
+        self.locate(key_hash).ok_or(true)
     }
 
     #[inline(always)]
