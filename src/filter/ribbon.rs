@@ -611,14 +611,15 @@ impl QueryPath {
             QueryPath::Avx512 => RibbonLayout::may_contain_avx512,
             QueryPath::Avx2 => RibbonLayout::may_contain_avx2,
             QueryPath::Scalar => RibbonLayout::may_contain_scalar_path,
-            QueryPath::Legacy => RibbonLayout::may_contain_v3,
+            // The scalar path answers format 0x03 layouts through `query`.
+            QueryPath::Legacy => RibbonLayout::may_contain_scalar_path,
         }
         #[cfg(not(target_arch = "x86_64"))]
-        match self {
-            QueryPath::Legacy => RibbonLayout::may_contain_v3,
-            // `detect` and `on_path` give `Scalar` (or `Legacy`) on other
-            // targets.
-            _ => RibbonLayout::may_contain_scalar_path,
+        {
+            // `detect` and `on_path` give `Scalar` (or `Legacy`, which the
+            // scalar path answers through `query`) on other targets.
+            let _ = self;
+            RibbonLayout::may_contain_scalar_path
         }
     }
 }
@@ -1097,7 +1098,7 @@ impl RibbonLayout {
     #[inline(always)]
     fn locate_v5(&self, bytes: &[u8], key_hash: u64) -> std::result::Result<Located, bool> {
         if self.format == Format::V3 {
-            return Err(self.may_contain_v3(bytes, key_hash));
+            return Err(self.may_contain_scalar_path(bytes, key_hash));
         }
         self.locate(key_hash).ok_or(true)
     }
@@ -1146,25 +1147,6 @@ impl RibbonLayout {
             }
         }
         diff == 0
-    }
-
-    /// The query of a format 0x03 layout (128-slot blocks of 16-byte
-    /// words), with POPCNT when the CPU has it: bounds-checked, scalar.
-    #[inline(never)]
-    fn may_contain_v3(&self, bytes: &[u8], key_hash: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if has_popcnt() {
-            // SAFETY: `query_v3_popcnt` only enables the `popcnt` target
-            // feature, and `has_popcnt` just confirmed this CPU supports it.
-            return unsafe { self.query_v3_popcnt(bytes, key_hash) };
-        }
-        self.query_v3(bytes, key_hash, parity_mul)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "popcnt")]
-    fn query_v3_popcnt(&self, bytes: &[u8], key_hash: u64) -> bool {
-        self.query_v3(bytes, key_hash, parity_popcnt)
     }
 
     /// Format 0x03: the key's start block of 128 slots holds bits
