@@ -7,7 +7,7 @@
 
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES};
-use sievedb::filter::{self, Filter, FORMAT_RIBBON, FORMAT_RIBBON_V3};
+use sievedb::filter::{self, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON, FORMAT_RIBBON_V3};
 
 const SEED_MULT: u64 = 0x9e37_79b9_7f4a_7c15;
 const REHASH_MULT: u64 = 0xbf58_476d_1ce4_e5b9;
@@ -494,5 +494,46 @@ fn slice_queries_never_read_past_the_bytes() {
                 }
             }
         }
+    }
+}
+
+/// `RibbonLayout::expected_fp_rate` and `num_slots` read the shard table from
+/// the bytes they are given: bytes other than the parsed ones (another
+/// filter's, shorter, arbitrary, with tiny or zero block counts) give some
+/// rate in [0, 1] and a slot count, never a panic (debug builds check
+/// arithmetic overflow).
+#[test]
+fn layout_statistics_of_other_bytes_never_panic() {
+    let keys: Vec<u64> = (0..20_000u64)
+        .map(|i| filter::key_hash(&i.to_le_bytes()))
+        .collect();
+    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    let layout = RibbonLayout::parse(&bytes).expect("a Ribbon filter");
+    let rate = layout.expected_fp_rate(&bytes);
+    assert!(rate > 0.005 && rate < 0.02, "{rate}");
+    let mut others: Vec<Vec<u8>> = vec![Vec::new(), bytes[..bytes.len() / 2].to_vec()];
+    others.push(RibbonPolicy::new(16.0).build(&keys[..5_000]));
+    // Every shard entry with 0, 1 and 2 blocks and a first upper block
+    // past them.
+    for blocks in [0u32, 1, 2] {
+        let mut other = bytes.clone();
+        let table = other.len() - TRAILER_BYTES - SHARD_ENTRY_BYTES * layout.num_shards() as usize;
+        for i in 0..layout.num_shards() as usize {
+            let at = table + i * SHARD_ENTRY_BYTES;
+            other[at + 4..at + 8].copy_from_slice(&blocks.to_le_bytes());
+            other[at + 8..at + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        }
+        others.push(other);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    for _ in 0..20 {
+        let mut other = bytes.clone();
+        rng.fill(&mut other[..]);
+        others.push(other);
+    }
+    for other in &others {
+        let rate = layout.expected_fp_rate(other);
+        assert!((0.0..=1.0).contains(&rate), "{rate}");
+        let _ = layout.num_slots(other);
     }
 }

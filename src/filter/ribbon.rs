@@ -379,13 +379,18 @@ impl RibbonShard {
     /// its shard. Meaningful for at least `W` slots (which `parse`
     /// requires).
     fn num_starts(&self, block_slots: u64) -> u64 {
-        self.num_blocks as u64 * block_slots - (W as u64 - 1)
+        // Saturating: a shard read from bytes other than the parsed ones
+        // (`RibbonLayout::expected_fp_rate` takes any bytes) may be smaller.
+        (self.num_blocks as u64 * block_slots).saturating_sub(W as u64 - 1)
     }
 
     /// Share of start slots inside upper blocks (the query's chance of using
     /// `upper` columns).
     fn upper_start_share(&self, block_slots: u64) -> f64 {
         let starts = self.num_starts(block_slots);
+        if starts == 0 {
+            return 0.0;
+        }
         let lower_starts = (self.upper_start_block as u64 * block_slots).min(starts);
         (starts - lower_starts) as f64 / starts as f64
     }
