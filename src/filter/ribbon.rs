@@ -2659,57 +2659,30 @@ mod tests {
             result: 5,
         };
         let sorted = band.sorted.clone();
-        let at = LaneRow::from_row(row, 0);
-        let moved = attend(
-            &mut band.coeffs,
-            &mut band.results,
-            &sorted,
-            band.num_starts,
-            at,
-        )
-        .expect("moved on");
+        let num_starts = band.num_starts;
+        let mut attend_row = |row: LaneRow| {
+            attend(
+                &mut band.coeffs,
+                &mut band.results,
+                &sorted,
+                num_starts,
+                row,
+            )
+        };
+        let moved = attend_row(LaneRow::from_row(row, 0)).expect("moved on");
         assert_eq!(moved.index, 0, "same key");
         assert_eq!(moved.start, 10 + 64 + 2);
         assert_eq!((moved.lo, moved.hi, moved.result), (0b11, 0, 3));
         // The same row again is redundant: on to the next key's row.
-        let next = attend(
-            &mut band.coeffs,
-            &mut band.results,
-            &sorted,
-            band.num_starts,
-            LaneRow::from_row(stored, 0),
-        )
-        .expect("next key");
+        let next = attend_row(LaneRow::from_row(stored, 0)).expect("next key");
         assert_eq!(next.index, 1);
-        assert_eq!(next.row().coeff, band.row(1).coeff);
         // Redundant on the last key: done; inconsistent: no solution.
-        let last = LaneRow::from_row(stored, 1);
-        assert_eq!(
-            attend(
-                &mut band.coeffs,
-                &mut band.results,
-                &sorted,
-                band.num_starts,
-                last
-            ),
-            Err(true)
-        );
-        let inconsistent = LaneRow::from_row(
-            Row {
-                result: 7,
-                ..stored
-            },
-            0,
-        );
-        assert_eq!(
-            attend(
-                &mut band.coeffs,
-                &mut band.results,
-                &sorted,
-                band.num_starts,
-                inconsistent
-            ),
-            Err(false)
-        );
+        assert_eq!(attend_row(LaneRow::from_row(stored, 1)), Err(true));
+        let inconsistent = Row {
+            result: 7,
+            ..stored
+        };
+        assert_eq!(attend_row(LaneRow::from_row(inconsistent, 0)), Err(false));
+        assert_eq!(next.row().coeff, band.row(1).coeff);
     }
 }
