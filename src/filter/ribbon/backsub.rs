@@ -83,8 +83,7 @@ pub(super) fn solve_scalar(
         for (coeff, result) in slots {
             for (j, s) in state.iter_mut().enumerate() {
                 *s <<= 1;
-                let folded = (coeff & *s) as u64 ^ ((coeff & *s) >> 64) as u64;
-                *s |= ((parity64(folded) ^ (result >> j)) & 1) as u128;
+                *s |= ((parity64(super::fold(coeff & *s)) ^ (result >> j)) & 1) as u128;
             }
         }
         for (j, s) in state.iter().enumerate() {
