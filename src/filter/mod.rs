@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 
 pub mod bloom;
 pub mod ribbon;
+pub mod ribbon64;
 
 pub use bloom::BloomPolicy;
 pub use ribbon::RibbonPolicy;
@@ -57,6 +58,9 @@ pub const FORMAT_BLOOM_V1: u8 = 0x01;
 /// Format id (last byte) of a standard Ribbon filter (what
 /// [`RibbonPolicy`] builds): its solution is stored in blocks of 64 slots.
 pub const FORMAT_RIBBON: u8 = 0x05;
+/// Format id of a Ribbon filter with 64-bit coefficient rows, smashed starts
+/// and one column count per shard ([`ribbon64`]).
+pub const FORMAT_RIBBON64: u8 = 0x06;
 /// Format id of the previous Ribbon layout: same rows, sizes, shard table
 /// and trailer, but the solution stored in blocks of 128 slots (16-byte
 /// words). Still read and queried exactly, through a bounds-checked scalar
