@@ -98,6 +98,14 @@
 use super::fastrange64;
 use crate::filter::FORMAT_RIBBON64;
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod layout;
+mod query;
+
+pub use layout::Ribbon64Layout;
+pub(crate) use query::Ribbon64Source;
+
 /// Bits per coefficient row: a key's row covers `W` consecutive slots from
 /// its start.
 pub const W: usize = 64;

@@ -1,0 +1,397 @@
+//! The decoded layout of format 0x06: what a query needs of each shard,
+//! computed once from the checked shard table, and the query path this CPU
+//! takes.
+
+use super::{seed_mask, Ribbon64Table, BLOCK_SLOTS, W, WORD_BYTES};
+use std::sync::{Arc, OnceLock};
+
+/// What a query needs of one shard, decoded once by
+/// [`Ribbon64Layout::parse`] so that a query does no byte parsing and no
+/// seed arithmetic. 32 bytes on a 32-byte boundary: an entry never
+/// straddles two cache lines, so a key's shard costs one line of the table.
+///
+/// The region's base, stride and lanes are in the entry rather than in a
+/// per-region array indexed by `shard < lower_shards`: that array costs a
+/// comparison and a dependent address computation per query for a table
+/// half the size (16-byte entries); at about a thousand keys per shard the
+/// table is a few percent of the filter either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub(super) struct ShardQuery64 {
+    /// XORed into the key hash before the rehash (`seed_mask(seed)`).
+    pub(super) seed_mask: u64,
+    /// Byte offset of the shard's region in the filter bytes.
+    pub(super) base: u64,
+    /// The shard's first slot within its region.
+    pub(super) first: u32,
+    /// Bytes per block of the shard's region: `columns * 8`.
+    pub(super) stride: u32,
+    /// Slots of the shard: `64..=65535`.
+    pub(super) num_slots: u16,
+    /// The last start: `num_slots - 64`.
+    pub(super) max_start: u16,
+    /// `bzhi(0xff, columns)`: the load mask of the narrow AVX-512 query
+    /// (bit `c` selects column `c`'s word) and the result bits it checks.
+    pub(super) lanes: u8,
+    /// Result columns of the shard: `1..=32`.
+    pub(super) columns: u8,
+}
+
+/// Where a key's row lives in the bytes, and the row itself: the key's 64
+/// slots start at bit `shift` of its start block's words and run into the
+/// next block's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Located64 {
+    /// Byte offset of the start block (its column 0 word).
+    pub(super) here: usize,
+    /// Bytes per block of the key's region (`columns * 8`): the next
+    /// block's words start `stride` bytes after `here`.
+    pub(super) stride: usize,
+    /// Result columns of the key's shard.
+    pub(super) columns: usize,
+    /// The key's region slot (`first + start`): `slot % 64` is its bit in
+    /// the start block's words, `slot / 64` the start block.
+    pub(super) slot: u64,
+    /// Coefficients of the row (bit `k` for slot `slot + k`).
+    pub(super) coeff: u64,
+    /// Expected parities: bit `c` for column `c`.
+    pub(super) result: u32,
+}
+
+impl Located64 {
+    /// The bytes of the key's two blocks, from `here`: the start block and
+    /// the next one (`stride + columns * 8` bytes); `None` if `bytes` is too
+    /// short. One bounds check covers both blocks.
+    #[inline(always)]
+    pub(super) fn words<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        bytes
+            .get(self.here..)?
+            .get(..self.stride + self.columns * WORD_BYTES)
+    }
+
+    /// The key's window `coeff` split into one mask per block: the parity
+    /// of `window & coeff` over a column is that of `(w0 & m0) ^ (w1 &
+    /// m1)` for its words `w0`, `w1` of the two blocks (`m1` is 0 for a
+    /// block-aligned start).
+    #[inline(always)]
+    pub(super) fn masks(&self) -> [u64; 2] {
+        let shift = (self.slot % BLOCK_SLOTS as u64) as u32;
+        let carried = if shift == 0 {
+            0
+        } else {
+            self.coeff >> (W as u32 - shift)
+        };
+        [self.coeff << shift, carried]
+    }
+}
+
+/// `bzhi(0xff, columns)`: lane `c` for each of the first 8 columns.
+fn column_lanes(columns: u32) -> u8 {
+    ((1u32 << columns.min(8)) - 1) as u8
+}
+
+/// Which code checks a key's columns, picked once per parsed layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Path64 {
+    /// `mod avx512` for layouts of at most 8 upper columns: one masked load
+    /// per block, no loop, no bounds checks after one length check.
+    Avx512Narrow,
+    /// `mod avx512` for any column count: chunks of up to 8 columns,
+    /// bounds-checked.
+    Avx512,
+    /// The scalar column loop with POPCNT.
+    Popcnt,
+    /// The scalar column loop with a portable parity.
+    Portable,
+}
+
+impl Path64 {
+    /// The best path this CPU runs for `upper_columns` columns.
+    fn detect(upper_columns: u32) -> Path64 {
+        if cpu_has_avx512() {
+            Path64::avx512(upper_columns)
+        } else if cpu_has_popcnt() {
+            Path64::Popcnt
+        } else {
+            Path64::Portable
+        }
+    }
+
+    /// The AVX-512 path for `upper_columns` columns: narrow for at most 8
+    /// (every shard then has 1 to 8).
+    pub(super) fn avx512(upper_columns: u32) -> Path64 {
+        if upper_columns <= 8 {
+            Path64::Avx512Narrow
+        } else {
+            Path64::Avx512
+        }
+    }
+
+    /// The function [`Ribbon64Layout::may_contain`] calls on this path. It
+    /// may only be called if the CPU has the path's features: AVX-512 F,
+    /// VL, VBMI2, VPOPCNTDQ and BMI2 for the AVX-512 paths
+    /// ([`cpu_has_avx512`]), POPCNT for `Popcnt`; `Portable` needs nothing.
+    pub(super) fn query_fn(self) -> QueryFn64 {
+        #[cfg(target_arch = "x86_64")]
+        match self {
+            Path64::Avx512Narrow => Ribbon64Layout::may_contain_avx512_narrow,
+            Path64::Avx512 => Ribbon64Layout::may_contain_avx512,
+            Path64::Popcnt => Ribbon64Layout::may_contain_popcnt,
+            Path64::Portable => Ribbon64Layout::may_contain_portable_path,
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            // `detect` and `on_path` give `Portable` on other targets.
+            let _ = self;
+            Ribbon64Layout::may_contain_portable_path
+        }
+    }
+}
+
+/// A query path's function, called by [`Ribbon64Layout::may_contain`].
+/// Calling it is `unsafe`: the vector and POPCNT paths need CPU features,
+/// which [`Path64::query_fn`] documents and [`Ribbon64Layout`] guarantees
+/// by storing only `path.query_fn()` for a `path` the CPU runs.
+pub(super) type QueryFn64 = unsafe fn(&Ribbon64Layout, &[u8], u64) -> bool;
+
+/// A format 0x06 Ribbon filter decoded for queries: the checked shard
+/// table turned into one [`ShardQuery64`] per shard, the counts the
+/// statistics need, and the query path this CPU takes.
+///
+/// Built once per filter by [`parse`](Self::parse); cloning is cheap (the
+/// shard entries are shared).
+#[derive(Debug, Clone)]
+pub struct Ribbon64Layout {
+    pub(super) num_shards: u32,
+    pub(super) lower_shards: u32,
+    pub(super) upper_columns: u32,
+    /// Byte offset of the shard table: every solution word a key reads
+    /// lies below it.
+    pub(super) table_start: usize,
+    /// Slots over all shards.
+    pub(super) num_slots: u64,
+    /// Bytes at least this long take the narrow AVX-512 query without
+    /// bounds checks: `table_start` for a parsed layout of at most 8 upper
+    /// columns (the narrow query covers it), else `usize::MAX` (never).
+    pub(super) unchecked_len: usize,
+    /// `2^-columns` averaged over the shards.
+    pub(super) fp_rate: f64,
+    /// One entry per shard, in shard order; shared so that cloning a
+    /// decoded filter is cheap.
+    pub(super) shards: Arc<[ShardQuery64]>,
+    /// The query path this CPU takes (checked once, at parse).
+    pub(super) path: Path64,
+    /// `path.query_fn()`: what [`may_contain`](Self::may_contain) calls, so
+    /// that the dispatch is one load and one indirect jump.
+    pub(super) query: QueryFn64,
+}
+
+/// Layouts are equal when they were parsed from the same table and take the
+/// same path (`query` follows from `path`; function addresses are not
+/// compared).
+impl PartialEq for Ribbon64Layout {
+    fn eq(&self, other: &Self) -> bool {
+        self.num_shards == other.num_shards
+            && self.lower_shards == other.lower_shards
+            && self.upper_columns == other.upper_columns
+            && self.table_start == other.table_start
+            && self.num_slots == other.num_slots
+            && self.unchecked_len == other.unchecked_len
+            && self.fp_rate.to_bits() == other.fp_rate.to_bits()
+            && self.shards == other.shards
+            && self.path == other.path
+    }
+}
+
+impl Eq for Ribbon64Layout {}
+
+impl Ribbon64Layout {
+    /// Reads and validates format 0x06 bytes ([`Ribbon64Table::parse`]: id,
+    /// checksum, column count, shard sizes, region sizes adding up to the
+    /// bytes before the shard table) and decodes the shard table for
+    /// queries. `None` if the bytes are not a consistent format 0x06 filter.
+    /// Never panics; one pass over the shard table.
+    pub fn parse(bytes: &[u8]) -> Option<Ribbon64Layout> {
+        Self::from_table(&Ribbon64Table::parse(bytes)?)
+    }
+
+    /// The layout of `table`, which [`Ribbon64Table::parse`] returned for
+    /// the bytes the layout will query. Not public: the narrow query trusts
+    /// the table's offsets and sizes, and a table with public fields could
+    /// be made by hand.
+    fn from_table(table: &Ribbon64Table) -> Option<Ribbon64Layout> {
+        let num_shards = u32::try_from(table.shards.len()).ok()?;
+        let mut num_slots = 0u64;
+        let mut fp_sum = 0f64;
+        let shards: Arc<[ShardQuery64]> = (0..table.shards.len())
+            .map(|i| {
+                let shard = table.shards[i];
+                let columns = table.columns(i);
+                num_slots += shard.num_slots as u64;
+                fp_sum += 2f64.powi(-(columns as i32));
+                ShardQuery64 {
+                    seed_mask: seed_mask(shard.seed),
+                    base: table.region_start(i) as u64,
+                    first: table.offsets[i],
+                    stride: columns * WORD_BYTES as u32,
+                    num_slots: shard.num_slots,
+                    // `parse` checked `num_slots >= 64`; saturating keeps a
+                    // hand-made table from panicking.
+                    max_start: shard.num_slots.saturating_sub(W as u16),
+                    lanes: column_lanes(columns),
+                    columns: columns as u8,
+                }
+            })
+            .collect();
+        let path = Path64::detect(table.upper_columns);
+        Some(Ribbon64Layout {
+            num_shards,
+            lower_shards: table.lower_shards,
+            upper_columns: table.upper_columns,
+            table_start: table.table_start,
+            num_slots,
+            unchecked_len: if Path64::avx512(table.upper_columns) == Path64::Avx512Narrow {
+                table.table_start
+            } else {
+                usize::MAX
+            },
+            fp_rate: if num_shards == 0 {
+                1.0
+            } else {
+                fp_sum / num_shards as f64
+            },
+            shards,
+            path,
+            query: path.query_fn(),
+        })
+    }
+
+    /// The layout of a filter with no shards, which answers "may contain"
+    /// for every key: what a decoded filter of another kind holds in place
+    /// of a format 0x06 layout. Never on the narrow AVX-512 path.
+    pub(crate) fn empty() -> Ribbon64Layout {
+        // One shared empty table: decoding a filter of another kind
+        // allocates nothing for it.
+        static NO_SHARDS: OnceLock<Arc<[ShardQuery64]>> = OnceLock::new();
+        let path = Path64::Portable;
+        Ribbon64Layout {
+            num_shards: 0,
+            lower_shards: 0,
+            upper_columns: 1,
+            table_start: 0,
+            num_slots: 0,
+            unchecked_len: usize::MAX,
+            fp_rate: 1.0,
+            shards: Arc::clone(NO_SHARDS.get_or_init(|| Arc::from(Vec::new()))),
+            path,
+            query: path.query_fn(),
+        }
+    }
+
+    /// Number of shards.
+    pub fn num_shards(&self) -> u32 {
+        self.num_shards
+    }
+
+    /// Shards `0..lower_shards` store `upper_columns - 1` result columns.
+    pub fn lower_shards(&self) -> u32 {
+        self.lower_shards
+    }
+
+    /// Result columns of the upper shards: `1..=32`.
+    pub fn upper_columns(&self) -> u32 {
+        self.upper_columns
+    }
+
+    /// Slots over all shards (a solved filter has a few percent more slots
+    /// than keys).
+    pub fn num_slots(&self) -> u64 {
+        self.num_slots
+    }
+
+    /// Bytes of the two regions (the solution): the shard table starts
+    /// there.
+    pub fn solution_bytes(&self) -> usize {
+        self.table_start
+    }
+
+    /// The false-positive rate the layout implies for a random absent key:
+    /// shards are equally likely, and a shard of `c` columns passes a
+    /// random key with probability `2^-c`.
+    pub fn expected_fp_rate(&self) -> f64 {
+        self.fp_rate
+    }
+
+    /// Whether [`may_contain`](Self::may_contain) takes an AVX-512 path on
+    /// this CPU; for tests.
+    #[doc(hidden)]
+    pub fn uses_avx512(&self) -> bool {
+        matches!(self.path, Path64::Avx512 | Path64::Avx512Narrow)
+    }
+
+    /// Whether [`may_contain`](Self::may_contain) takes the narrow AVX-512
+    /// path on this CPU; for tests.
+    #[doc(hidden)]
+    pub fn uses_avx512_narrow(&self) -> bool {
+        self.path == Path64::Avx512Narrow
+    }
+
+    /// This layout with [`may_contain`](Self::may_contain) forced onto the
+    /// named path: `"avx512"` (narrow where the columns allow),
+    /// `"avx512-general"` (chunks of 8 columns, any count), `"popcnt"` or
+    /// `"portable"`; `None` for another name or a path this CPU cannot run.
+    /// For benchmarks and tests.
+    #[doc(hidden)]
+    pub fn on_path(self, name: &str) -> Option<Ribbon64Layout> {
+        let path = match name {
+            "avx512" if cpu_has_avx512() => Path64::avx512(self.upper_columns),
+            "avx512-general" if cpu_has_avx512() => Path64::Avx512,
+            "popcnt" if cpu_has_popcnt() => Path64::Popcnt,
+            "portable" => Path64::Portable,
+            _ => return None,
+        };
+        Some(Ribbon64Layout {
+            path,
+            query: path.query_fn(),
+            ..self
+        })
+    }
+}
+
+/// Whether this CPU has what the AVX-512 query uses: AVX-512 F and VL
+/// (masked loads), VBMI2 (the funnel shift that moves a key's window into
+/// place), VPOPCNTDQ (the parities) and BMI2 (`mulx` and `bzhi` in the row
+/// hashing).
+pub(super) fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        // avx2 and fma too: rustc treats avx512f as implying them, and older
+        // std versions did not check them as part of `avx512f`.
+        has!("avx512f")
+            && has!("avx2")
+            && has!("fma")
+            && has!("avx512vl")
+            && has!("avx512vbmi2")
+            && has!("avx512vpopcntdq")
+            && has!("bmi2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has the POPCNT instruction (x86_64 only; other targets
+/// take the portable parity, `count_ones` being no faster there without a
+/// native instruction in the baseline).
+pub(super) fn cpu_has_popcnt() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("popcnt")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
