@@ -156,8 +156,11 @@ pub enum Unfiltered {
 enum Kind {
     /// A blocked Bloom filter; its layout is [`Filter::bloom`].
     Bloom,
-    /// A Ribbon filter; its layout is [`Filter::ribbon`].
+    /// A Ribbon filter of format 0x05 or 0x03; its layout is
+    /// [`Filter::ribbon`].
     Ribbon,
+    /// A Ribbon filter of format 0x06; its layout is [`Filter::ribbon64`].
+    Ribbon64,
     Custom(Arc<dyn FilterPolicy>),
     All(Unfiltered),
 }
@@ -177,6 +180,10 @@ pub struct Filter {
     /// field rather than the kind's payload, so that the Ribbon query
     /// function reads it without a branch on the kind.
     ribbon: ribbon::RibbonLayout,
+    /// The layout of a format 0x06 Ribbon filter ([`Kind::Ribbon64`]),
+    /// parsed from `bytes`; for other kinds, that of an empty filter, never
+    /// read. A field for the same reason as `ribbon`.
+    ribbon64: ribbon64::Ribbon64Layout,
     /// What [`may_contain`](Self::may_contain) calls, chosen at decode for
     /// the kind (and, for a Bloom filter, by the layout for its scheme,
     /// probe count and the CPU): a point read's filter check is then one
@@ -233,6 +240,21 @@ unsafe impl ribbon::RibbonSource for Filter {
     }
 }
 
+// SAFETY: `ribbon64` is either `Ribbon64Layout::empty()` or the layout
+// `Ribbon64Layout::parse` returned for exactly `bytes.as_slice()`
+// (`decode_builtin`); `bytes` is owned by the filter and never modified, and
+// neither field changes after construction (`with_bloom_path` keeps both).
+unsafe impl ribbon64::Ribbon64Source for Filter {
+    #[inline(always)]
+    fn ribbon64(&self) -> &ribbon64::Ribbon64Layout {
+        &self.ribbon64
+    }
+    #[inline(always)]
+    fn ribbon64_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+}
+
 /// The query of a custom policy's filter.
 ///
 /// # Safety
@@ -282,6 +304,25 @@ fn prefetch_read<T>(value: &T) {
 struct LineAligned {
     lines: Box<[CacheLine]>,
     len: usize,
+}
+
+/// What decoding found: the kind, and the layout of a Ribbon filter of that
+/// kind (the other layout, and both for other kinds, empty).
+struct Decoded {
+    kind: Kind,
+    ribbon: ribbon::RibbonLayout,
+    ribbon64: ribbon64::Ribbon64Layout,
+}
+
+impl Decoded {
+    /// `kind` with empty Ribbon layouts.
+    fn of_kind(kind: Kind) -> Decoded {
+        Decoded {
+            kind,
+            ribbon: ribbon::RibbonLayout::empty(),
+            ribbon64: ribbon64::Ribbon64Layout::empty(),
+        }
+    }
 }
 
 /// 64 bytes on a 64-byte boundary.
@@ -336,7 +377,7 @@ impl fmt::Debug for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon => "ribbon",
+            Kind::Ribbon | Kind::Ribbon64 => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -352,13 +393,19 @@ impl Filter {
     /// Decodes built-in filter bytes from the bytes alone.
     pub fn decode(bytes: impl AsRef<[u8]>) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let (kind, ribbon) = Self::decode_builtin(bytes.as_slice());
-        Filter::new(bytes, kind, ribbon)
+        let decoded = Self::decode_builtin(bytes.as_slice());
+        Filter::new(bytes, decoded)
     }
 
     /// The filter of `kind` over `bytes`, with its query function; `ribbon`
-    /// is the layout parsed from `bytes` for [`Kind::Ribbon`], else empty.
-    fn new(bytes: LineAligned, kind: Kind, ribbon: ribbon::RibbonLayout) -> Filter {
+    /// is the layout parsed from `bytes` for [`Kind::Ribbon`], `ribbon64`
+    /// that for [`Kind::Ribbon64`], else empty.
+    fn new(bytes: LineAligned, decoded: Decoded) -> Filter {
+        let Decoded {
+            kind,
+            ribbon,
+            ribbon64,
+        } = decoded;
         let (bloom, query) = match &kind {
             Kind::Bloom => match bloom::BloomLayout::parse(bytes.as_slice()) {
                 Some(layout) => (layout, layout.query_fn::<Filter>()),
@@ -374,6 +421,10 @@ impl Filter {
                 bloom::BloomLayout::empty(),
                 ribbon.query_fn_for::<Filter>(bytes.readable_len()),
             ),
+            Kind::Ribbon64 => (
+                bloom::BloomLayout::empty(),
+                ribbon64.query_fn_for::<Filter>(),
+            ),
             Kind::Custom(_) => (bloom::BloomLayout::empty(), query_custom as _),
         };
         Filter {
@@ -381,6 +432,7 @@ impl Filter {
             kind,
             bloom,
             ribbon,
+            ribbon64,
             query,
         }
     }
@@ -396,46 +448,42 @@ impl Filter {
         current: &Arc<dyn FilterPolicy>,
     ) -> Filter {
         let bytes = LineAligned::new(bytes.as_ref());
-        let (kind, ribbon) = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
+        let decoded = if policy_name.starts_with(BUILTIN_NAME_PREFIX) {
             Self::decode_builtin(bytes.as_slice())
         } else if current.name() == policy_name {
-            (
-                Kind::Custom(Arc::clone(current)),
-                ribbon::RibbonLayout::empty(),
-            )
+            Decoded::of_kind(Kind::Custom(Arc::clone(current)))
         } else {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            (
-                Kind::All(Unfiltered::Undecodable),
-                ribbon::RibbonLayout::empty(),
-            )
+            Decoded::of_kind(Kind::All(Unfiltered::Undecodable))
         };
-        Filter::new(bytes, kind, ribbon)
+        Filter::new(bytes, decoded)
     }
 
     /// The kind of built-in filter bytes, and their Ribbon layout (empty
     /// for other kinds).
-    fn decode_builtin(bytes: &[u8]) -> (Kind, ribbon::RibbonLayout) {
+    fn decode_builtin(bytes: &[u8]) -> Decoded {
         let decoded = match bytes.last() {
-            None => {
-                return (
-                    Kind::All(Unfiltered::NoFilter),
-                    ribbon::RibbonLayout::empty(),
-                )
+            None => return Decoded::of_kind(Kind::All(Unfiltered::NoFilter)),
+            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
+                bloom::BloomLayout::parse(bytes).map(|_| Decoded::of_kind(Kind::Bloom))
             }
-            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => bloom::BloomLayout::parse(bytes)
-                .map(|_| (Kind::Bloom, ribbon::RibbonLayout::empty())),
             Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => {
-                ribbon::RibbonLayout::parse(bytes).map(|layout| (Kind::Ribbon, layout))
+                ribbon::RibbonLayout::parse(bytes).map(|layout| Decoded {
+                    ribbon: layout,
+                    ..Decoded::of_kind(Kind::Ribbon)
+                })
+            }
+            Some(&FORMAT_RIBBON64) => {
+                ribbon64::Ribbon64Layout::parse(bytes).map(|layout| Decoded {
+                    ribbon64: layout,
+                    ..Decoded::of_kind(Kind::Ribbon64)
+                })
             }
             Some(_) => None,
         };
         decoded.unwrap_or_else(|| {
             UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-            (
-                Kind::All(Unfiltered::Undecodable),
-                ribbon::RibbonLayout::empty(),
-            )
+            Decoded::of_kind(Kind::All(Unfiltered::Undecodable))
         })
     }
 
@@ -533,6 +581,7 @@ impl Filter {
     fn may_contain_by_kind(&self, key_hash: u64) -> bool {
         match &self.kind {
             Kind::Ribbon => self.ribbon.may_contain(self.bytes.as_slice(), key_hash),
+            Kind::Ribbon64 => self.ribbon64.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Custom(policy) => policy.may_contain(self.bytes.as_slice(), key_hash),
             Kind::Bloom => self.bloom.may_contain(self.bytes.as_slice(), key_hash),
             Kind::All(_) => true,
@@ -575,7 +624,7 @@ impl Filter {
     pub fn format_name(&self) -> &str {
         match &self.kind {
             Kind::Bloom => "bloom",
-            Kind::Ribbon => "ribbon",
+            Kind::Ribbon | Kind::Ribbon64 => "ribbon",
             Kind::Custom(p) => p.name(),
             Kind::All(Unfiltered::NoFilter) => "none",
             Kind::All(Unfiltered::Undecodable) => "undecodable",
@@ -599,6 +648,13 @@ pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
         },
         Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => match ribbon::RibbonLayout::parse(filter_bytes)
         {
+            Some(layout) => layout.may_contain(filter_bytes, key_hash),
+            None => {
+                UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        },
+        Some(&FORMAT_RIBBON64) => match ribbon64::Ribbon64Layout::parse(filter_bytes) {
             Some(layout) => layout.may_contain(filter_bytes, key_hash),
             None => {
                 UNDECODABLE.fetch_add(1, Ordering::Relaxed);
