@@ -164,11 +164,31 @@ fn run(keys: usize) {
     );
     let mut rows: Vec<(String, Query, &[u64])> = vec![
         ("absent/bloom".into(), Query::Filter(bloom.clone()), &absent),
-        ("absent/ribbon".into(), Query::Filter(ribbon.clone()), &absent),
-        ("absent/ribbon64".into(), Query::Filter(ribbon64.clone()), &absent),
-        ("present/bloom".into(), Query::Filter(bloom), &present_cycled),
-        ("present/ribbon".into(), Query::Filter(ribbon), &present_cycled),
-        ("present/ribbon64".into(), Query::Filter(ribbon64), &accepted),
+        (
+            "absent/ribbon".into(),
+            Query::Filter(ribbon.clone()),
+            &absent,
+        ),
+        (
+            "absent/ribbon64".into(),
+            Query::Filter(ribbon64.clone()),
+            &absent,
+        ),
+        (
+            "present/bloom".into(),
+            Query::Filter(bloom),
+            &present_cycled,
+        ),
+        (
+            "present/ribbon".into(),
+            Query::Filter(ribbon),
+            &present_cycled,
+        ),
+        (
+            "present/ribbon64".into(),
+            Query::Filter(ribbon64),
+            &accepted,
+        ),
     ];
     for path in ["avx512", "popcnt", "portable"] {
         if let Some(l) = layout.clone().on_path(path) {

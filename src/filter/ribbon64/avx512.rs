@@ -15,8 +15,8 @@
 //! whose length was checked first; those of `narrow_unchecked` inside the
 //! solution, whose length its caller checked once (see its `# Safety`).
 
-use super::layout::{Located64, Ribbon64Layout};
-use super::{coeff_of, fastrange64, rehash, BLOCK_SLOTS, SMASH, WORD_BYTES};
+use super::layout::{Located64, Ribbon64Layout, NARROW_CONSTANTS};
+use super::{coeff_of, fastrange64, BLOCK_SLOTS, SMASH, WORD_BYTES};
 use std::arch::x86_64::*;
 
 /// The lanes (columns) whose window `(b:a) >> (slot % 64)` has odd parity
@@ -55,11 +55,19 @@ pub(super) unsafe fn narrow_unchecked(
     // one entry per shard of a parsed table (`shards.len() == num_shards
     // >= 1`).
     let shard = unsafe { layout.shards.get_unchecked(index) };
-    let g = rehash(key_hash, shard.seed_mask);
-    let start = fastrange64(g, shard.num_slots as u64)
-        .saturating_sub(SMASH)
-        .min(shard.max_start as u64);
-    let slot = shard.first as u64 + start;
+    // `layout.constants` rather than the constants themselves: see
+    // `NarrowConstants`.
+    let k = layout.constants;
+    debug_assert_eq!(k, NARROW_CONSTANTS);
+    let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
+    // The smashed start, clamped in region slots: `first + min(u - 32, S -
+    // 64)` or `first` for `u < 32` is `u + first - 32` clamped to `first
+    // ..= last`. Signed 32-bit arithmetic, exact below `2^31`
+    // (`NARROW_MAX_SLOTS`, a condition of this path): an add, two compares
+    // and two conditional moves.
+    let u = fastrange64(g, shard.num_slots as u64) as i32;
+    let (first, last) = (shard.first as i32, shard.last as i32);
+    let slot = (u + (first - SMASH as i32)).max(first).min(last) as u32 as u64;
     let stride = shard.stride as usize;
     let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
     let lanes = shard.lanes;
@@ -81,8 +89,20 @@ pub(super) unsafe fn narrow_unchecked(
         // masked-off lanes are not accessed.
         unsafe { _mm512_maskz_loadu_epi64(lanes, solution.add(at).cast::<i64>()) }
     };
+    let p = (g as u128).wrapping_mul(k.coeff_mult as u128);
+    let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
+    debug_assert_eq!(coeff, coeff_of(g));
+    let window = _mm512_shrdv_epi64(
+        load(here),
+        load(here + stride),
+        _mm512_set1_epi64(slot as i64),
+    );
+    let x = _mm512_and_si512(window, _mm512_set1_epi64(coeff as i64));
     // Lanes past the key's columns load zero: even.
-    let odd = odd_columns(load(here), load(here + stride), slot, coeff_of(g));
+    let odd = _mm512_test_epi64_mask(
+        _mm512_popcnt_epi64(x),
+        _mm512_set1_epi64(k.parity_bit as i64),
+    );
     odd == g as u8 & lanes
 }
 

@@ -24,18 +24,26 @@ pub(super) struct ShardQuery64 {
     pub(super) base: u64,
     /// The shard's first slot within its region.
     pub(super) first: u32,
+    /// The region slot of the shard's last start, `first + num_slots - 64`
+    /// (saturated at `u32::MAX`; exact, and below `2^31`, whenever the
+    /// narrow AVX-512 query is allowed: `NARROW_MAX_SLOTS`).
+    pub(super) last: u32,
     /// Bytes per block of the shard's region: `columns * 8`.
     pub(super) stride: u32,
     /// Slots of the shard: `64..=65535`.
     pub(super) num_slots: u16,
-    /// The last start: `num_slots - 64`.
-    pub(super) max_start: u16,
     /// `bzhi(0xff, columns)`: the load mask of the narrow AVX-512 query
     /// (bit `c` selects column `c`'s word) and the result bits it checks.
     pub(super) lanes: u8,
     /// Result columns of the shard: `1..=32`.
     pub(super) columns: u8,
 }
+
+/// The most slots a layout may have for the narrow AVX-512 query, which
+/// clamps a key's region slot in signed 32-bit arithmetic (`first + u -
+/// 32` for `u < 65536`): with fewer, every `first`, `last` and that sum
+/// lies below `2^31`. About two billion keys.
+pub(super) const NARROW_MAX_SLOTS: u64 = (1 << 31) - (1 << 17);
 
 /// Where a key's row lives in the bytes, and the row itself: the key's 64
 /// slots start at bit `shift` of its start block's words and run into the
@@ -93,7 +101,8 @@ fn column_lanes(columns: u32) -> u8 {
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Path64 {
-    /// `mod avx512` for layouts of at most 8 upper columns: one masked load
+    /// `mod avx512` for layouts of at most 8 upper columns (and at most
+    /// [`NARROW_MAX_SLOTS`] slots): one masked load
     /// per block, no loop, no bounds checks after one length check.
     Avx512Narrow,
     /// `mod avx512` for any column count: chunks of up to 8 columns,
@@ -107,9 +116,9 @@ pub(super) enum Path64 {
 
 impl Path64 {
     /// The best path this CPU runs for `upper_columns` columns.
-    fn detect(upper_columns: u32) -> Path64 {
+    fn detect(upper_columns: u32, num_slots: u64) -> Path64 {
         if cpu_has_avx512() {
-            Path64::avx512(upper_columns)
+            Path64::avx512(upper_columns, num_slots)
         } else if cpu_has_popcnt() {
             Path64::Popcnt
         } else {
@@ -117,10 +126,11 @@ impl Path64 {
         }
     }
 
-    /// The AVX-512 path for `upper_columns` columns: narrow for at most 8
-    /// (every shard then has 1 to 8).
-    pub(super) fn avx512(upper_columns: u32) -> Path64 {
-        if upper_columns <= 8 {
+    /// The AVX-512 path for `upper_columns` columns and `num_slots` slots:
+    /// narrow for at most 8 columns (every shard then has 1 to 8) and at
+    /// most [`NARROW_MAX_SLOTS`] slots.
+    pub(super) fn avx512(upper_columns: u32, num_slots: u64) -> Path64 {
+        if upper_columns <= 8 && num_slots <= NARROW_MAX_SLOTS {
             Path64::Avx512Narrow
         } else {
             Path64::Avx512
@@ -184,7 +194,34 @@ pub struct Ribbon64Layout {
     /// `path.query_fn()`: what [`may_contain`](Self::may_contain) calls, so
     /// that the dispatch is one load and one indirect jump.
     pub(super) query: QueryFn64,
+    /// The narrow AVX-512 query's constants, always [`NARROW_CONSTANTS`].
+    pub(super) constants: NarrowConstants,
 }
+
+/// Constants of the narrow AVX-512 query, kept in every layout so that the
+/// query reads them as memory operands: as immediates, each 64-bit
+/// multiplier costs a `movabs` before its multiply, and the parity bit a
+/// shift before a `vptestmq` of the popcounts against themselves (the
+/// compiler's rewrite of a test against a constant 1); from memory, `imul`,
+/// `mulx` and `vptestmq` (with a `{1to8}` broadcast) take them directly,
+/// three instructions fewer per query. The layout's line is in cache when
+/// the query runs (it just read the shard count and table pointer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NarrowConstants {
+    /// [`REHASH_MULT`](super::REHASH_MULT).
+    pub(super) rehash_mult: u64,
+    /// [`COEFF_MULT`](super::COEFF_MULT).
+    pub(super) coeff_mult: u64,
+    /// 1: the bit of a popcount that is its parity.
+    pub(super) parity_bit: u64,
+}
+
+/// The values of [`NarrowConstants`].
+pub(super) const NARROW_CONSTANTS: NarrowConstants = NarrowConstants {
+    rehash_mult: super::REHASH_MULT,
+    coeff_mult: super::COEFF_MULT,
+    parity_bit: 1,
+};
 
 /// Layouts are equal when they were parsed from the same table and take the
 /// same path (`query` follows from `path`; function addresses are not
@@ -233,24 +270,26 @@ impl Ribbon64Layout {
                     seed_mask: seed_mask(shard.seed),
                     base: table.region_start(i) as u64,
                     first: table.offsets[i],
+                    // `parse` checked `num_slots >= 64`; saturating keeps
+                    // arithmetic of huge layouts from overflowing.
+                    last: table.offsets[i]
+                        .saturating_add(u32::from(shard.num_slots).saturating_sub(W as u32)),
                     stride: columns * WORD_BYTES as u32,
                     num_slots: shard.num_slots,
-                    // `parse` checked `num_slots >= 64`; saturating keeps a
-                    // hand-made table from panicking.
-                    max_start: shard.num_slots.saturating_sub(W as u16),
                     lanes: column_lanes(columns),
                     columns: columns as u8,
                 }
             })
             .collect();
-        let path = Path64::detect(table.upper_columns);
+        let path = Path64::detect(table.upper_columns, num_slots);
         Some(Ribbon64Layout {
             num_shards,
             lower_shards: table.lower_shards,
             upper_columns: table.upper_columns,
             table_start: table.table_start,
             num_slots,
-            unchecked_len: if Path64::avx512(table.upper_columns) == Path64::Avx512Narrow {
+            unchecked_len: if Path64::avx512(table.upper_columns, num_slots) == Path64::Avx512Narrow
+            {
                 table.table_start
             } else {
                 usize::MAX
@@ -263,6 +302,7 @@ impl Ribbon64Layout {
             shards,
             path,
             query: path.query_fn(),
+            constants: NARROW_CONSTANTS,
         })
     }
 
@@ -285,6 +325,7 @@ impl Ribbon64Layout {
             shards: Arc::clone(NO_SHARDS.get_or_init(|| Arc::from(Vec::new()))),
             path,
             query: path.query_fn(),
+            constants: NARROW_CONSTANTS,
         }
     }
 
@@ -344,7 +385,7 @@ impl Ribbon64Layout {
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<Ribbon64Layout> {
         let path = match name {
-            "avx512" if cpu_has_avx512() => Path64::avx512(self.upper_columns),
+            "avx512" if cpu_has_avx512() => Path64::avx512(self.upper_columns, self.num_slots),
             "avx512-general" if cpu_has_avx512() => Path64::Avx512,
             "popcnt" if cpu_has_popcnt() => Path64::Popcnt,
             "portable" => Path64::Portable,

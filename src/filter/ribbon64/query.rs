@@ -5,7 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::layout::{cpu_has_avx512, cpu_has_popcnt, Located64, Path64, Ribbon64Layout};
-use super::{coeff_of, fastrange64, rehash, BLOCK_SLOTS, SMASH, WORD_BYTES};
+use super::{coeff_of, fastrange64, rehash, BLOCK_SLOTS, SMASH, W, WORD_BYTES};
 
 /// Columns the scalar loop checks without a branch before its first early
 /// exit: one random absent key fails one of the first four with
@@ -93,9 +93,10 @@ impl Ribbon64Layout {
         let index = fastrange64(key_hash, self.num_shards as u64) as usize;
         let shard = self.shards.get(index)?;
         let g = rehash(key_hash, shard.seed_mask);
+        let max_start = (shard.num_slots as u64).saturating_sub(W as u64);
         let start = fastrange64(g, shard.num_slots as u64)
             .saturating_sub(SMASH)
-            .min(shard.max_start as u64);
+            .min(max_start);
         let slot = shard.first as u64 + start;
         let stride = shard.stride as usize;
         Some(Located64 {
