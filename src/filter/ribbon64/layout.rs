@@ -11,10 +11,14 @@ use std::sync::{Arc, OnceLock};
 /// straddles two cache lines, so a key's shard costs one line of the table.
 ///
 /// The region's base, stride and lanes are in the entry rather than in a
-/// per-region array indexed by `shard < lower_shards`: that array costs a
-/// comparison and a dependent address computation per query for a table
-/// half the size (16-byte entries); at about a thousand keys per shard the
-/// table is a few percent of the filter either way.
+/// per-region array indexed by `shard >= lower_shards` with 16-byte
+/// entries: that array costs the comparison, and the shard's last start
+/// then has to be computed, for a table half the size (at about a thousand
+/// keys per shard a few percent of the filter either way). Measured with
+/// `examples/ribbon64_query` (a prototype of both, interleaved, two runs):
+/// the array's narrow query was 52 instructions against 43, and 3-8%
+/// slower at 10,000 keys (4.9-5.2 against 4.5-4.7 ns/query) and 1-4%
+/// slower at 1,000,000 keys (6.8-7.1 against 6.5-6.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(32))]
 pub(super) struct ShardQuery64 {
