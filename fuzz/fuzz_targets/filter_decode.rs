@@ -9,8 +9,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use sievedb::filter::ribbon::RibbonLayout;
+use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table};
 use sievedb::filter::{key_hash, may_contain, Filter};
-use sievedb_fuzz::{apply_flips, chunks, fix_ribbon_crc, policy};
+use sievedb_fuzz::{apply_flips, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy};
 
 /// Every path of a parsed Ribbon layout, on the bytes and on a prefix,
 /// agrees with the portable one.
@@ -38,14 +39,79 @@ fn check_ribbon_paths(bytes: &[u8], hashes: impl Iterator<Item = u64> + Clone) {
     }
 }
 
+/// Every path of a parsed format 0x06 layout, on the bytes and on a
+/// prefix, agrees with the reference query (on the prefix: with the
+/// portable path, never a false negative against the whole bytes).
+fn check_ribbon64_paths(bytes: &[u8], hashes: impl Iterator<Item = u64>) {
+    let (Some(table), Some(layout)) = (Ribbon64Table::parse(bytes), Ribbon64Layout::parse(bytes))
+    else {
+        assert!(Ribbon64Table::parse(bytes).is_none());
+        assert!(Ribbon64Layout::parse(bytes).is_none());
+        return;
+    };
+    let paths: Vec<Ribbon64Layout> = ["avx512", "avx512-general", "popcnt", "portable"]
+        .iter()
+        .filter_map(|p| layout.clone().on_path(p))
+        .collect();
+    let decoded = Filter::decode(bytes);
+    assert_eq!(decoded.format_name(), "ribbon");
+    let cut = &bytes[..bytes.len() / 2];
+    for h in hashes {
+        let want = table.may_contain_reference(bytes, h);
+        assert_eq!(decoded.may_contain(h), want, "Filter::decode");
+        assert_eq!(may_contain(bytes, h), want, "filter::may_contain");
+        assert_eq!(layout.may_contain(bytes, h), want, "layout");
+        for l in &paths {
+            assert_eq!(l.may_contain(bytes, h), want, "path");
+        }
+        let portable = layout.may_contain_portable(cut, h);
+        assert!(portable || !want, "cut: false negative");
+        for l in &paths {
+            assert_eq!(l.may_contain(cut, h), portable, "path, cut");
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
+    let probes = |bytes: &[u8]| {
+        let seeds: Vec<u64> = bytes
+            .chunks(8)
+            .take(32)
+            .map(|h| {
+                let mut w = [0u8; 8];
+                w[..h.len()].copy_from_slice(h);
+                u64::from_le_bytes(w)
+            })
+            .collect();
+        seeds
+            .into_iter()
+            .chain((0..64u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+    };
+    if mode % 2 == 0 && mode & 4 != 0 {
+        let mut bytes = craft_ribbon64(rest);
+        assert!(Ribbon64Layout::parse(&bytes).is_some(), "crafted 0x06");
+        check_ribbon64_paths(&bytes, probes(rest));
+        // Damage: byte `rest[0]` of the table and trailer (from the end)
+        // set to `rest[1]`, the checksum repaired.
+        if let [at, value, ..] = *rest {
+            let len = bytes.len();
+            let at = len - 1 - (at as usize % len.min(64));
+            bytes[at] = value;
+            fix_ribbon64_crc(&mut bytes);
+            let filter = Filter::decode(&bytes);
+            let _ = filter.format_name();
+            check_ribbon64_paths(&bytes, probes(rest));
+        }
+        return;
+    }
     if mode % 2 == 0 {
         let mut rest = rest.to_vec();
         if mode & 2 != 0 {
             fix_ribbon_crc(&mut rest);
+            fix_ribbon64_crc(&mut rest);
         }
         let rest = &rest[..];
         let filter = Filter::decode(rest.to_vec());
@@ -62,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
             rest,
             hashes.chain((0..64u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
         );
+        check_ribbon64_paths(rest, probes(rest));
         let _ = (
             filter.len_bytes(),
             filter.format_name(),

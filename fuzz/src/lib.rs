@@ -235,3 +235,84 @@ pub fn fix_ribbon_crc(bytes: &mut [u8]) {
     let crc = crc32fast::hash(&bytes[table_start..t + 5]);
     bytes[t + 5..t + 9].copy_from_slice(&crc.to_le_bytes());
 }
+
+/// Rewrites the checksum of format 0x06 Ribbon filter bytes over their
+/// shard table and the trailer's counts, as a builder computes it, so that
+/// crafted or damaged tables reach the layout checks and the queries
+/// behind the checksum. Bytes that do not end in id 0x06 or whose table
+/// does not fit are left alone.
+pub fn fix_ribbon64_crc(bytes: &mut [u8]) {
+    use sievedb::filter::ribbon64::{SHARD_ENTRY_BYTES, TRAILER_BYTES};
+    let len = bytes.len();
+    if len < TRAILER_BYTES || bytes[len - 1] != sievedb::filter::FORMAT_RIBBON64 {
+        return;
+    }
+    let t = len - TRAILER_BYTES;
+    let num_shards = u32::from_le_bytes([bytes[t], bytes[t + 1], bytes[t + 2], bytes[t + 3]]);
+    let Some(table_start) = (num_shards as usize)
+        .checked_mul(SHARD_ENTRY_BYTES)
+        .and_then(|table| t.checked_sub(table))
+    else {
+        return;
+    };
+    let crc = crc32fast::hash(&bytes[table_start..t + 9]);
+    bytes[t + 9..t + 13].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A consistent format 0x06 filter made from fuzz input: the first bytes
+/// pick the column count (1 to 32), the shard count (1 to 16) and the lower
+/// shard count; each shard takes 3 bytes (its size, 64 to about 1,100
+/// slots, and its seed); the regions are sized as the format defines and
+/// filled with the rest of the input, repeated (zeros if none is left).
+pub fn craft_ribbon64(data: &[u8]) -> Vec<u8> {
+    use sievedb::filter::ribbon64::{region_blocks, Shard64, SHARD_ENTRY_BYTES, WORD_BYTES};
+    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+    let upper = u32::from(byte(0) % 32) + 1;
+    let num_shards = usize::from(byte(1) % 16) + 1;
+    let lower = if upper == 1 {
+        0
+    } else {
+        u32::from(byte(2)) % (num_shards as u32 + 1)
+    };
+    let shards: Vec<Shard64> = (0..num_shards)
+        .map(|i| {
+            let at = 3 + 3 * i;
+            Shard64 {
+                num_slots: 64 + u16::from_le_bytes([byte(at), byte(at + 1) % 4]),
+                seed: byte(at + 2),
+            }
+        })
+        .collect();
+    let rest = data.get(3 + 3 * num_shards..).unwrap_or(&[]);
+    let mut out = Vec::new();
+    for (region, columns) in [(0usize, upper - 1), (1, upper)] {
+        let slots: u64 = shards
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| usize::from(i as u32 >= lower) == region)
+            .map(|(_, s)| s.num_slots as u64)
+            .sum();
+        let len = region_blocks(slots) as usize * columns as usize * WORD_BYTES;
+        let from = out.len();
+        out.extend((from..from + len).map(|i| {
+            if rest.is_empty() {
+                0
+            } else {
+                rest[i % rest.len()]
+            }
+        }));
+    }
+    let table_start = out.len();
+    for s in &shards {
+        let mut e = [0u8; SHARD_ENTRY_BYTES];
+        s.write(&mut e);
+        out.extend_from_slice(&e);
+    }
+    out.extend_from_slice(&(num_shards as u32).to_le_bytes());
+    out.extend_from_slice(&lower.to_le_bytes());
+    out.push(upper as u8);
+    let crc = crc32fast::hash(&out[table_start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.push(sievedb::filter::FORMAT_RIBBON64);
+    out
+}
