@@ -190,7 +190,7 @@ fn run(keys: usize) {
             &accepted,
         ),
     ];
-    for path in ["avx512", "popcnt", "portable"] {
+    for path in ["avx512", "avx2", "popcnt", "portable"] {
         if let Some(l) = layout.clone().on_path(path) {
             rows.push((
                 format!("absent/ribbon64/{path}"),

@@ -12,7 +12,7 @@ use sievedb::filter::ribbon64::{
 use sievedb::filter::{self, undecodable_filters, Filter, FORMAT_RIBBON64};
 
 /// Every named path of `Ribbon64Layout::on_path`.
-const PATHS: [&str; 4] = ["avx512", "avx512-general", "popcnt", "portable"];
+const PATHS: [&str; 5] = ["avx512", "avx512-general", "avx2", "popcnt", "portable"];
 
 /// A crafted filter and what it was made of.
 struct Crafted {
@@ -167,6 +167,7 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
         for answer in [
             layout.may_contain_avx512_narrow_path(&exact, h),
             layout.may_contain_avx512_general_path(&exact, h),
+            layout.may_contain_avx2_path(&exact, h),
         ] {
             assert!(answer.is_none_or(|a| a == want), "avx512, {name}");
         }
@@ -196,6 +197,7 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
             for answer in [
                 layout.may_contain_avx512_narrow_path(&cut, h),
                 layout.may_contain_avx512_general_path(&cut, h),
+                layout.may_contain_avx2_path(&cut, h),
             ] {
                 assert!(answer.is_none_or(|a| a == portable), "cut {len}, {name}");
             }
@@ -535,6 +537,7 @@ fn queries_never_read_past_the_solution() {
                             for answer in [
                                 layout.may_contain_avx512_narrow_path(cut, h),
                                 layout.may_contain_avx512_general_path(cut, h),
+                                layout.may_contain_avx2_path(cut, h),
                             ] {
                                 assert!(answer.is_none_or(|a| a == want), "length {len}");
                             }

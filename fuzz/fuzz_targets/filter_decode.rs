@@ -49,7 +49,7 @@ fn check_ribbon64_paths(bytes: &[u8], hashes: impl Iterator<Item = u64>) {
         assert!(Ribbon64Layout::parse(bytes).is_none());
         return;
     };
-    let paths: Vec<Ribbon64Layout> = ["avx512", "avx512-general", "popcnt", "portable"]
+    let paths: Vec<Ribbon64Layout> = ["avx512", "avx512-general", "avx2", "popcnt", "portable"]
         .iter()
         .filter_map(|p| layout.clone().on_path(p))
         .collect();

@@ -99,6 +99,8 @@ use super::fastrange64;
 use crate::filter::FORMAT_RIBBON64;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod layout;
 mod query;

@@ -112,6 +112,8 @@ pub(super) enum Path64 {
     /// `mod avx512` for any column count: chunks of up to 8 columns,
     /// bounds-checked.
     Avx512,
+    /// `mod avx2`: chunks of 4 columns, bounds-checked.
+    Avx2,
     /// The scalar column loop with POPCNT.
     Popcnt,
     /// The scalar column loop with a portable parity.
@@ -123,6 +125,8 @@ impl Path64 {
     fn detect(upper_columns: u32, num_slots: u64) -> Path64 {
         if cpu_has_avx512() {
             Path64::avx512(upper_columns, num_slots)
+        } else if cpu_has_avx2() {
+            Path64::Avx2
         } else if cpu_has_popcnt() {
             Path64::Popcnt
         } else {
@@ -144,12 +148,14 @@ impl Path64 {
     /// The function [`Ribbon64Layout::may_contain`] calls on this path. It
     /// may only be called if the CPU has the path's features: AVX-512 F,
     /// VL, VBMI2, VPOPCNTDQ and BMI2 for the AVX-512 paths
-    /// ([`cpu_has_avx512`]), POPCNT for `Popcnt`; `Portable` needs nothing.
+    /// ([`cpu_has_avx512`]), AVX2 for `Avx2` ([`cpu_has_avx2`]), POPCNT for
+    /// `Popcnt`; `Portable` needs nothing.
     pub(super) fn query_fn(self) -> QueryFn64 {
         #[cfg(target_arch = "x86_64")]
         match self {
             Path64::Avx512Narrow => Ribbon64Layout::may_contain_avx512_narrow,
             Path64::Avx512 => Ribbon64Layout::may_contain_avx512,
+            Path64::Avx2 => Ribbon64Layout::may_contain_avx2,
             Path64::Popcnt => Ribbon64Layout::may_contain_popcnt,
             Path64::Portable => Ribbon64Layout::may_contain_portable_path,
         }
@@ -383,7 +389,8 @@ impl Ribbon64Layout {
 
     /// This layout with [`may_contain`](Self::may_contain) forced onto the
     /// named path: `"avx512"` (narrow where the columns allow),
-    /// `"avx512-general"` (chunks of 8 columns, any count), `"popcnt"` or
+    /// `"avx512-general"` (chunks of 8 columns, any count), `"avx2"`,
+    /// `"popcnt"` or
     /// `"portable"`; `None` for another name or a path this CPU cannot run.
     /// For benchmarks and tests.
     #[doc(hidden)]
@@ -391,6 +398,7 @@ impl Ribbon64Layout {
         let path = match name {
             "avx512" if cpu_has_avx512() => Path64::avx512(self.upper_columns, self.num_slots),
             "avx512-general" if cpu_has_avx512() => Path64::Avx512,
+            "avx2" if cpu_has_avx2() => Path64::Avx2,
             "popcnt" if cpu_has_popcnt() => Path64::Popcnt,
             "portable" => Path64::Portable,
             _ => return None,
@@ -420,6 +428,18 @@ pub(super) fn cpu_has_avx512() -> bool {
             && has!("avx512vbmi2")
             && has!("avx512vpopcntdq")
             && has!("bmi2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has AVX2 (the 4-column vector query).
+pub(super) fn cpu_has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -3,8 +3,10 @@
 //! decoded [`Filter`](crate::filter::Filter) stores.
 
 #[cfg(target_arch = "x86_64")]
-use super::avx512;
+use super::layout::cpu_has_avx2;
 use super::layout::{cpu_has_avx512, cpu_has_popcnt, Located64, Path64, Ribbon64Layout};
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
 use super::{coeff_of, fastrange64, rehash, BLOCK_SLOTS, SMASH, W, WORD_BYTES};
 
 /// Columns the scalar loop checks without a branch before its first early
@@ -61,8 +63,8 @@ impl Ribbon64Layout {
     /// follow one check that `bytes` holds the whole solution; reads past
     /// the end of shorter bytes answer `true`.
     ///
-    /// Uses AVX-512 when the CPU has it (checked once, at parse), else
-    /// POPCNT when it has that, otherwise a portable parity; all give the
+    /// Uses AVX-512 when the CPU has it (checked once, at parse), else AVX2,
+    /// else POPCNT when it has that, otherwise a portable parity; all give the
     /// answer of [`Ribbon64Table::may_contain_reference`](super::Ribbon64Table::may_contain_reference).
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
@@ -161,6 +163,18 @@ impl Ribbon64Layout {
         self.query_scalar(bytes, key_hash, parity_popcnt)
     }
 
+    /// The AVX2 query: chunks of 4 columns, bounds-checked. Only called
+    /// when `path` is `Avx2`, or after checking the CPU.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn may_contain_avx2(&self, bytes: &[u8], key_hash: u64) -> bool {
+        match self.locate(key_hash) {
+            Some(key) => avx2::check_columns(bytes, &key),
+            None => true,
+        }
+    }
+
     /// The general AVX-512 query: any column count, in chunks of 8,
     /// bounds-checked. Only called when `path` is an AVX-512 one, or after
     /// checking the CPU.
@@ -233,6 +247,21 @@ impl Ribbon64Layout {
     pub fn may_contain_avx512_narrow_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         let on = self.clone().on_path("avx512")?;
         (on.path == Path64::Avx512Narrow).then(|| on.may_contain(bytes, key_hash))
+    }
+
+    /// The AVX2 query whatever path [`may_contain`](Self::may_contain)
+    /// takes; `None` if the CPU lacks AVX2. For tests that compare the
+    /// paths.
+    #[doc(hidden)]
+    pub fn may_contain_avx2_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
+        #[cfg(target_arch = "x86_64")]
+        if cpu_has_avx2() {
+            // SAFETY: `cpu_has_avx2` just confirmed AVX2, the target feature
+            // `may_contain_avx2` enables.
+            return Some(unsafe { self.may_contain_avx2(bytes, key_hash) });
+        }
+        let _ = (bytes, key_hash);
+        None
     }
 
     /// The general AVX-512 query (chunks of 8 columns, bounds-checked)
