@@ -16,7 +16,7 @@
 //! solution, whose length its caller checked once (see its `# Safety`).
 
 use super::layout::{Located64, Ribbon64Layout, NARROW_CONSTANTS};
-use super::{coeff_of, fastrange64, BLOCK_SLOTS, SMASH, WORD_BYTES};
+use super::{coeff_of, fastrange64, BLOCK_SLOTS, WORD_BYTES};
 use std::arch::x86_64::*;
 
 /// The lanes (columns) whose window `(b:a) >> (slot % 64)` has odd parity
@@ -60,14 +60,9 @@ pub(super) unsafe fn narrow_unchecked(
     let k = layout.constants;
     debug_assert_eq!(k, NARROW_CONSTANTS);
     let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
-    // The smashed start, clamped in region slots: `first + min(u - 32, S -
-    // 64)` or `first` for `u < 32` is `u + first - 32` clamped to `first
-    // ..= last`. Signed 32-bit arithmetic, exact below `2^31`
-    // (`NARROW_MAX_SLOTS`, a condition of this path): an add, two compares
-    // and two conditional moves.
-    let u = fastrange64(g, shard.num_slots as u64) as i32;
-    let (first, last) = (shard.first as i32, shard.last as i32);
-    let slot = (u + (first - SMASH as i32)).max(first).min(last) as u32 as u64;
+    // The key's region slot, exact: below `2^32` (`NARROW_MAX_SLOTS`, a
+    // condition of this path).
+    let slot = shard.smash_clamp(fastrange64(g, shard.num_slots as u64) as u32) as u64;
     let stride = shard.stride as usize;
     let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
     let lanes = shard.lanes;

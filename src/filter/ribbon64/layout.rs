@@ -2,7 +2,7 @@
 //! computed once from the checked shard table, and the query path this CPU
 //! takes.
 
-use super::{seed_mask, Ribbon64Table, BLOCK_SLOTS, W, WORD_BYTES};
+use super::{seed_mask, Ribbon64Table, BLOCK_SLOTS, SMASH, W, WORD_BYTES};
 use std::sync::{Arc, OnceLock};
 
 /// What a query needs of one shard, decoded once by
@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 /// then has to be computed, for a table half the size (at about a thousand
 /// keys per shard a few percent of the filter either way). Measured with
 /// `examples/ribbon64_query` (a prototype of both, interleaved, two runs):
-/// the array's narrow query was 52 instructions against 43, and 3-8%
+/// the array's narrow query was 52 instructions against (then) 43, and 3-8%
 /// slower at 10,000 keys (4.9-5.2 against 4.5-4.7 ns/query) and 1-4%
 /// slower at 1,000,000 keys (6.8-7.1 against 6.5-6.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,16 +26,16 @@ pub(super) struct ShardQuery64 {
     pub(super) seed_mask: u64,
     /// Byte offset of the shard's region in the filter bytes.
     pub(super) base: u64,
-    /// The shard's first slot within its region.
-    pub(super) first: u32,
-    /// The region slot of the shard's last start, `first + num_slots - 64`
-    /// (saturated at `u32::MAX`; exact, and below `2^31`, whenever the
-    /// narrow AVX-512 query is allowed: `NARROW_MAX_SLOTS`).
-    pub(super) last: u32,
+    /// The shard's first slot within its region, minus [`SMASH`] (modulo
+    /// `2^32`): a key's region slot is `bias + clamp(u, 32, num_slots -
+    /// 32)` for its `u` in `0..num_slots` (see `smash_clamp`).
+    pub(super) bias: u32,
     /// Bytes per block of the shard's region: `columns * 8`.
     pub(super) stride: u32,
     /// Slots of the shard: `64..=65535`.
     pub(super) num_slots: u16,
+    /// `num_slots - 32`: the largest `u` the clamp keeps.
+    pub(super) high: u16,
     /// `bzhi(0xff, columns)`: the load mask of the narrow AVX-512 query
     /// (bit `c` selects column `c`'s word) and the result bits it checks.
     pub(super) lanes: u8,
@@ -44,10 +44,31 @@ pub(super) struct ShardQuery64 {
 }
 
 /// The most slots a layout may have for the narrow AVX-512 query, which
-/// clamps a key's region slot in signed 32-bit arithmetic (`first + u -
-/// 32` for `u < 65536`): with fewer, every `first`, `last` and that sum
-/// lies below `2^31`. About two billion keys.
-pub(super) const NARROW_MAX_SLOTS: u64 = (1 << 31) - (1 << 17);
+/// computes a key's region slot in 32-bit arithmetic (`smash_clamp`): with
+/// at most this many, every region slot is below `2^32`. About four
+/// billion keys.
+pub(super) const NARROW_MAX_SLOTS: u64 = u32::MAX as u64;
+
+impl ShardQuery64 {
+    /// The shard's first slot within its region.
+    #[inline(always)]
+    pub(super) fn first(&self) -> u32 {
+        self.bias.wrapping_add(SMASH as u32)
+    }
+
+    /// The region slot of the smashed start of a key whose fastrange is `u`
+    /// (`u < num_slots`), modulo `2^32`: `first + min(u.saturating_sub(32),
+    /// num_slots - 64)` as the spec defines it, written as `clamp(u, 32,
+    /// num_slots - 32) - 32 + first` so that the query needs one
+    /// comparison per side and one add of a stored value (`bias`). The
+    /// clamp's bounds are in order (`num_slots >= 64`).
+    #[inline(always)]
+    pub(super) fn smash_clamp(&self, u: u32) -> u32 {
+        u.max(SMASH as u32)
+            .min(self.high as u32)
+            .wrapping_add(self.bias)
+    }
+}
 
 /// Where a key's row lives in the bytes, and the row itself: the key's 64
 /// slots start at bit `shift` of its start block's words and run into the
@@ -279,11 +300,10 @@ impl Ribbon64Layout {
                 ShardQuery64 {
                     seed_mask: seed_mask(shard.seed),
                     base: table.region_start(i) as u64,
-                    first: table.offsets[i],
-                    // `parse` checked `num_slots >= 64`; saturating keeps
-                    // arithmetic of huge layouts from overflowing.
-                    last: table.offsets[i]
-                        .saturating_add(u32::from(shard.num_slots).saturating_sub(W as u32)),
+                    bias: table.offsets[i].wrapping_sub(SMASH as u32),
+                    // `parse` checked `num_slots >= 64`, so this is at
+                    // least 32 (saturating only against panics).
+                    high: shard.num_slots.saturating_sub(SMASH as u16),
                     stride: columns * WORD_BYTES as u32,
                     num_slots: shard.num_slots,
                     lanes: column_lanes(columns),

@@ -99,7 +99,7 @@ impl Ribbon64Layout {
         let start = fastrange64(g, shard.num_slots as u64)
             .saturating_sub(SMASH)
             .min(max_start);
-        let slot = shard.first as u64 + start;
+        let slot = shard.first() as u64 + start;
         let stride = shard.stride as usize;
         Some(Located64 {
             here: (shard.base as usize)
