@@ -10,7 +10,8 @@
 //! # Self-describing bytes
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
-//! [`FORMAT_RIBBON`], and the first Bloom format [`FORMAT_BLOOM_V1`] and the
+//! [`FORMAT_RIBBON`], the Ribbon format of 64-bit rows [`FORMAT_RIBBON64`],
+//! and the first Bloom format [`FORMAT_BLOOM_V1`] and the
 //! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by
 //! that format's own small trailer (sizes, probe count or seed). A table
 //! written under one policy therefore stays readable after the database

@@ -196,7 +196,7 @@ impl Path64 {
 pub(super) type QueryFn64 = unsafe fn(&Ribbon64Layout, &[u8], u64) -> bool;
 
 /// A format 0x06 Ribbon filter decoded for queries: the checked shard
-/// table turned into one [`ShardQuery64`] per shard, the counts the
+/// table turned into one 32-byte entry per shard, the counts the
 /// statistics need, and the query path this CPU takes.
 ///
 /// Built once per filter by [`parse`](Self::parse); cloning is cheap (the
