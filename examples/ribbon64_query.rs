@@ -17,7 +17,9 @@
 //! row, answers summed, hashes walked in order through an array of
 //! 2,000,000 (as `benches/filters.rs` does); prints the median ns/query of
 //! 15 rounds and the ratio to the Bloom row. The `ribbon64/<path>` rows
-//! call `Ribbon64Layout::may_contain` on the bytes, on one forced path.
+//! call `Ribbon64Layout::may_contain` on the bytes, on one forced path; the
+//! `ribbon/<path>` rows likewise for format 0x05 (`RibbonLayout`), the
+//! paths a CPU without AVX-512 takes.
 //!
 //! Run: `cargo run --release --example ribbon64_query [-- KEYS...]`
 
@@ -25,6 +27,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
+use sievedb::filter::ribbon::RibbonLayout;
 use sievedb::filter::ribbon64::{
     region_blocks, Ribbon64Layout, Shard64, SHARD_ENTRY_BYTES, WORD_BYTES,
 };
@@ -91,6 +94,7 @@ fn craft_ribbon64(keys: usize, rng: &mut impl Rng) -> Vec<u8> {
 enum Query {
     Filter(Filter),
     Layout(Ribbon64Layout, Vec<u8>),
+    Layout05(RibbonLayout, Vec<u8>),
 }
 
 impl Query {
@@ -99,6 +103,7 @@ impl Query {
         match self {
             Query::Filter(f) => f.may_contain(h),
             Query::Layout(l, bytes) => l.may_contain(bytes, h),
+            Query::Layout05(l, bytes) => l.may_contain(bytes, h),
         }
     }
 }
@@ -116,7 +121,7 @@ fn pass(query: &Query, hashes: &[u64], pos: &mut usize) -> f64 {
                 hits += usize::from(f.may_contain(black_box(h)));
             }
         }
-        Query::Layout(..) => {
+        Query::Layout(..) | Query::Layout05(..) => {
             for i in 0..QUERIES_PER_PASS {
                 let h = hashes[(*pos + i) % hashes.len()];
                 hits += usize::from(query.ask(black_box(h)));
@@ -139,7 +144,9 @@ fn run(keys: usize) {
     let present = hashes(1, keys);
     let absent = hashes(2, HASHES);
     let bloom = Filter::decode(BloomPolicy::new(10.0).build(&present));
-    let ribbon = Filter::decode(RibbonPolicy::new(10.0).build(&present));
+    let bytes05 = RibbonPolicy::new(10.0).build(&present);
+    let layout05 = RibbonLayout::parse(&bytes05).expect("format 0x05");
+    let ribbon = Filter::decode(&bytes05);
     let bytes64 = craft_ribbon64(keys, &mut rng);
     let layout = Ribbon64Layout::parse(&bytes64).expect("crafted 0x06 filter");
     let ribbon64 = Filter::decode(&bytes64);
@@ -195,6 +202,15 @@ fn run(keys: usize) {
             rows.push((
                 format!("absent/ribbon64/{path}"),
                 Query::Layout(l, bytes64.clone()),
+                &absent,
+            ));
+        }
+    }
+    for path in ["avx2", "scalar"] {
+        if let Some(l) = layout05.clone().on_path(path) {
+            rows.push((
+                format!("absent/ribbon/{path}"),
+                Query::Layout05(l, bytes05.clone()),
                 &absent,
             ));
         }
