@@ -37,7 +37,8 @@ fn odd_columns(a: __m512i, b: __m512i, slot: u64, coeff: u64) -> u8 {
 ///
 /// `layout` comes from `Ribbon64Layout::parse` (through `from_table`,
 /// possibly moved to another path by `on_path`) with at most 8 upper
-/// columns, `solution` points to at least `layout.table_start` readable
+/// columns and at most `NARROW_MAX_SLOTS` slots (the conditions of
+/// `Path64::avx512`), `solution` points to at least `layout.table_start` readable
 /// bytes that hold the solution of the bytes it was parsed from (only their
 /// length matters for safety), and the CPU supports AVX-512 F, VL, VBMI2,
 /// VPOPCNTDQ and BMI2.
@@ -68,12 +69,15 @@ pub(super) unsafe fn narrow_unchecked(
     let lanes = shard.lanes;
     let load = |at: usize| {
         // SAFETY: `at` is `here` or `here + stride`: the first byte of block
-        // `slot / 64` or of the next block of the shard's region. The
-        // window `slot .. slot + 64` lies in the shard (`start <=
-        // num_slots - 64`), whose slots `first .. first + num_slots` lie in
-        // the region (`parse` made `first` the sum of the region's earlier
-        // shards and the region's slot count their sum), so `slot + 64 <=
-        // slots_j` and the next block `slot / 64 + 1 <= slots_j / 64 =
+        // `slot / 64` or of the next block of the shard's region. Whatever
+        // `u` is, `smash_clamp` gives `slot = first + start` with `start`
+        // in `0 ..= num_slots - 64` (`high = num_slots - 32 >= 32`), exact
+        // in 32 bits (the region has fewer than `2^32` slots: this path's
+        // condition), so the window `slot .. slot + 64` lies in the shard,
+        // whose slots `first .. first + num_slots` lie in the region
+        // (`parse` made `first` the sum of the region's earlier shards and
+        // the region's slot count `slots_j` their sum). So `slot + 64 <=
+        // slots_j`, and the next block `slot / 64 + 1 <= slots_j / 64 =
         // blocks_j - 1` exists: the spec's extra block per region. Block
         // `b` of the region is `stride` bytes at `base + b * stride` (one
         // word per column), inside the region's `blocks_j * stride` bytes,

@@ -81,8 +81,10 @@ impl Ribbon64Layout {
     /// parsed ones), so that a query is one indirect call; on other paths a
     /// call of [`may_contain`](Self::may_contain) on `F`'s bytes.
     pub(crate) fn query_fn_for<F: Ribbon64Source>(&self) -> SourceQueryFn64<F> {
+        // `unchecked_len` too: it is below `usize::MAX` only for a parsed
+        // layout that the narrow query covers (never the empty layout).
         #[cfg(target_arch = "x86_64")]
-        if self.path == Path64::Avx512Narrow {
+        if self.path == Path64::Avx512Narrow && self.unchecked_len != usize::MAX {
             return query_narrow::<F>;
         }
         query_via_layout::<F>
@@ -201,8 +203,9 @@ impl Ribbon64Layout {
         }
         // SAFETY: `unchecked_len` is below `usize::MAX` only for a layout
         // `from_table` made from a table `Ribbon64Table::parse` checked (and
-        // `on_path` keeps those fields), with at most 8 upper columns
-        // (`empty()` sets `usize::MAX`, which no slice length reaches), and
+        // `on_path` keeps those fields), with at most 8 upper columns and
+        // `NARROW_MAX_SLOTS` slots (`empty()` sets `usize::MAX`, which no
+        // slice length reaches), and
         // then equals `table_start`: `bytes` holds the whole solution. The
         // CPU has every feature `narrow_unchecked` needs (this function's
         // target features).
@@ -308,11 +311,13 @@ unsafe fn query_narrow<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool {
     debug_assert_eq!(layout.path, Path64::Avx512Narrow);
     debug_assert!(filter.ribbon64_bytes().len() >= layout.table_start);
     // SAFETY: `query_fn_for` returns this function only for a layout on the
-    // narrow path, which `from_table` (on a table `Ribbon64Table::parse`
-    // checked) and `on_path` (keeping the parsed fields) choose only for at
-    // most 8 upper columns and only when the CPU has the features
-    // (`empty()` never does); layouts are not modified after that. By
-    // `F`'s contract the layout was parsed from exactly `ribbon64_bytes()`,
-    // whose length `parse` checked is at least `table_start`.
+    // narrow path whose `unchecked_len` is not `usize::MAX`: one that
+    // `from_table` made from a table `Ribbon64Table::parse` checked (`on_path`
+    // keeps those fields), with at most 8 upper columns and
+    // `NARROW_MAX_SLOTS` slots, and on that path only when the CPU has its
+    // features (`detect`, `on_path`); layouts are not modified after that.
+    // By `F`'s contract the layout was parsed from exactly
+    // `ribbon64_bytes()`, whose length `parse` checked is at least
+    // `table_start`.
     unsafe { avx512::narrow_unchecked(layout, filter.ribbon64_bytes().as_ptr(), key_hash) }
 }
