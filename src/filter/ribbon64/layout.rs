@@ -480,3 +480,50 @@ pub(super) fn cpu_has_popcnt() -> bool {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `smash_clamp` is the spec's `first + min(u.saturating_sub(32), S -
+    /// 64)` for every `u` below `S`, including first slots below 32 (the
+    /// bias wraps) and near the top of the 32-bit range.
+    #[test]
+    fn smash_clamp_is_the_spec_start() {
+        for num_slots in [64u16, 65, 95, 96, 97, 127, 128, 129, 1_000, 65_535] {
+            for first in [0u32, 1, 31, 32, 33, 1_000, u32::MAX - 65_535] {
+                let shard = ShardQuery64 {
+                    seed_mask: 0,
+                    base: 0,
+                    bias: first.wrapping_sub(SMASH as u32),
+                    stride: 8,
+                    num_slots,
+                    high: num_slots - SMASH as u16,
+                    lanes: 1,
+                    columns: 1,
+                };
+                assert_eq!(shard.first(), first);
+                for u in 0..num_slots as u64 {
+                    let start = u.saturating_sub(SMASH).min(num_slots as u64 - W as u64);
+                    assert_eq!(
+                        shard.smash_clamp(u as u32) as u64,
+                        first as u64 + start,
+                        "{num_slots} {first} {u}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The narrow path needs at most 8 columns and at most
+    /// `NARROW_MAX_SLOTS` slots.
+    #[test]
+    fn narrow_path_conditions() {
+        assert_eq!(Path64::avx512(1, 64), Path64::Avx512Narrow);
+        assert_eq!(Path64::avx512(8, NARROW_MAX_SLOTS), Path64::Avx512Narrow);
+        assert_eq!(Path64::avx512(9, 64), Path64::Avx512);
+        assert_eq!(Path64::avx512(8, NARROW_MAX_SLOTS + 1), Path64::Avx512);
+        assert_eq!(std::mem::size_of::<ShardQuery64>(), 32);
+        assert_eq!(std::mem::align_of::<ShardQuery64>(), 32);
+    }
+}
