@@ -64,8 +64,10 @@ impl Ribbon64Layout {
     /// the end of shorter bytes answer `true`.
     ///
     /// Uses AVX-512 when the CPU has it (checked once, at parse), else AVX2,
-    /// else POPCNT when it has that, otherwise a portable parity; all give the
-    /// answer of [`Ribbon64Table::may_contain_reference`](super::Ribbon64Table::may_contain_reference).
+    /// else POPCNT when it has that, otherwise a portable parity. On the
+    /// bytes the layout was parsed from, every path gives the answer of
+    /// [`Ribbon64Table::may_contain_reference`](super::Ribbon64Table::may_contain_reference);
+    /// on shorter ones, every path the same answer.
     #[inline]
     pub fn may_contain(&self, bytes: &[u8], key_hash: u64) -> bool {
         // SAFETY: `query` is `path.query_fn()` (set together in `from_table`,
