@@ -98,6 +98,13 @@
 use super::fastrange64;
 use crate::filter::FORMAT_RIBBON64;
 
+mod backsub;
+mod band;
+mod build;
+
+pub(crate) use build::build;
+pub use build::{overhead64_for_keys, LANES_64, SHARD_KEYS_64};
+
 /// Bits per coefficient row: a key's row covers `W` consecutive slots from
 /// its start.
 pub const W: usize = 64;

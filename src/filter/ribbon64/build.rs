@@ -1,0 +1,256 @@
+//! The build of format 0x06: keys partitioned into shards, each shard
+//! banded (several at once, [`band`](super::band)) and back-substituted
+//! straight into its region ([`backsub`](super::backsub)), then the shard
+//! table and trailer of the module doc.
+
+use super::backsub;
+use super::band::{run_jobs, Band, Job, LaneRow, MAX_LANES};
+use super::{
+    fastrange64, region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
+    MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
+};
+use crate::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
+
+/// Keys per shard format 0x06 aims at (shards hold
+/// `n / ceil(n / SHARD_KEYS_64)` keys on average). Chosen by measurement
+/// with [`overhead64_for_keys`] (see there).
+pub const SHARD_KEYS_64: usize = 1024;
+
+/// Shards a format 0x06 build bands at once by default.
+pub const LANES_64: usize = 3;
+
+/// The most keys a shard is given whatever the shard size knob says, so
+/// that its slots fit the 16-bit size with room for overhead.
+const MAX_SHARD_KEYS: usize = 60_000;
+
+/// Slot overhead (slots / keys - 1) a format 0x06 shard of `num_keys` keys
+/// is built with.
+///
+/// Measured with `cargo run --release --example ribbon_overhead -- 1 64`
+/// (failure rate per seed of single shards of random keys at a fixed
+/// overhead, format 0x06 rows; table in the example's doc and
+/// docs/filters.md), and chosen together with [`SHARD_KEYS_64`] from `cargo
+/// run --release --example ribbon_build` so that the build at 1,000,000
+/// keys is fastest while bits/key stays at most 6.96 at 10 Bloom-equivalent
+/// bits per key and a seed fails at most about one time in four.
+/// Linear in log2(keys) between the points, flat outside them.
+pub fn overhead64_for_keys(num_keys: usize) -> f64 {
+    const POINTS: [(f64, f64); 4] = [(9.0, 0.025), (10.0, 0.025), (11.0, 0.03), (12.0, 0.035)];
+    let x = (num_keys.max(1) as f64).log2();
+    if x <= POINTS[0].0 {
+        return POINTS[0].1;
+    }
+    for pair in POINTS.windows(2) {
+        let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+        if x <= x1 {
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+        }
+    }
+    POINTS[POINTS.len() - 1].1
+}
+
+/// Builds format 0x06 bytes for `key_hashes` with `upper_columns` (`1..=32`)
+/// result columns in the upper shards, `upper_share` (`0..=1`) the share of
+/// keys that should use them (the others use one column less), and the
+/// format 0x06 knobs of `knobs` (`overhead`, `max_seeds`, `shard_keys_64`,
+/// `lanes_64`, `solve_path`).
+///
+/// `None` when the filter would be tiny (fewer than
+/// [`MIN_SLOTS`](crate::filter::ribbon::MIN_SLOTS) slots), too large for
+/// the format, or a shard failed every seed it may try: the caller then
+/// builds the blocked Bloom fallback. The outcome counts shards and failed
+/// seeds either way (`fell_back_to_bloom` is left to the caller).
+pub(crate) fn build(
+    key_hashes: &[u64],
+    upper_columns: u32,
+    upper_share: f64,
+    knobs: &BuildKnobs,
+) -> (Option<Vec<u8>>, BuildOutcome) {
+    let none = |outcome| (None, outcome);
+    let n = key_hashes.len();
+    let upper = upper_columns.clamp(1, MAX_COLUMNS);
+    let overhead_of = |keys: usize| {
+        let o = knobs.overhead.unwrap_or_else(|| overhead64_for_keys(keys));
+        if o.is_finite() {
+            o.clamp(-1.0, 10.0)
+        } else {
+            0.0
+        }
+    };
+    if n == 0 || (n as f64 * (1.0 + overhead_of(n))) < MIN_SLOTS as f64 {
+        return none(BuildOutcome::default());
+    }
+    let shard_keys = knobs.shard_keys_64.clamp(1, MAX_SHARD_KEYS);
+    let num_shards = n.div_ceil(shard_keys);
+    if num_shards > u32::MAX as usize {
+        return none(BuildOutcome::default());
+    }
+    // The key-weighted rate mix: shards hold about equal numbers of keys,
+    // so the share of lower shards is the share of lower keys.
+    let lower_shards = if upper == 1 {
+        0
+    } else {
+        let lower_share = (1.0 - upper_share).clamp(0.0, 1.0);
+        ((lower_share * num_shards as f64).round() as usize).min(num_shards)
+    };
+    let columns_of = |i: usize| (upper - u32::from(i < lower_shards)) as usize;
+
+    // Partition the hashes by shard (counting sort), as queries find them.
+    let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
+    let mut ends = vec![0usize; num_shards];
+    for &h in key_hashes {
+        ends[shard_of(h)] += 1;
+    }
+    let mut sum = 0;
+    for end in ends.iter_mut() {
+        sum += *end;
+        *end = sum;
+    }
+    let mut partitioned = vec![0u64; n];
+    let mut fill = ends.clone();
+    for &h in key_hashes.iter().rev() {
+        let f = &mut fill[shard_of(h)];
+        *f -= 1;
+        partitioned[*f] = h;
+    }
+    drop(fill);
+    let key_range = |i: usize| (if i == 0 { 0 } else { ends[i - 1] })..ends[i];
+
+    // Shard sizes and region offsets first, so the output is allocated once.
+    let mut shards = Vec::with_capacity(num_shards);
+    let mut offsets = Vec::with_capacity(num_shards);
+    let mut region_slots = [0u64; 2];
+    for i in 0..num_shards {
+        let keys = key_range(i).len();
+        let wanted = (keys as f64 * (1.0 + overhead_of(keys))).ceil();
+        let slots = if wanted.is_finite() {
+            wanted as usize
+        } else {
+            0
+        };
+        let slots = slots.clamp(MIN_SHARD_SLOTS, MAX_SHARD_SLOTS);
+        let region = usize::from(i >= lower_shards);
+        offsets.push(region_slots[region] as usize);
+        region_slots[region] += slots as u64;
+        shards.push(Shard64 {
+            num_slots: slots as u16,
+            seed: 0,
+        });
+    }
+    if region_slots.iter().any(|&s| s > u32::MAX as u64) {
+        return none(BuildOutcome::default());
+    }
+    let region_bytes = |region: usize, columns: u32| {
+        region_blocks(region_slots[region]) as usize * columns as usize * WORD_BYTES
+    };
+    let region0 = region_bytes(0, upper - 1);
+    let region1 = region_bytes(1, upper);
+    let table_start = region0 + region1;
+    let table_bytes = num_shards * SHARD_ENTRY_BYTES;
+    let mut out = vec![0u8; table_start + table_bytes + TRAILER_BYTES];
+
+    let mut outcome = BuildOutcome {
+        shards: num_shards as u32,
+        ..BuildOutcome::default()
+    };
+    // Shards are banded up to `lanes` at a time (`run_jobs`), started in
+    // shard order; a lane tries its shard's seeds in order until one
+    // solves, the shard is then solved into `out` and the lane takes the
+    // next shard. A shard's bytes depend only on its keys and seeds, so
+    // the schedule does not change them.
+    let lanes = knobs.lanes_64.clamp(1, MAX_LANES);
+    let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
+    let mut bands: [Band; MAX_LANES] = Default::default();
+    let mut failures = vec![0u32; num_shards];
+    // The lowest shard that failed every seed (`num_shards`: none yet);
+    // shards after it are not worth banding.
+    let mut exhausted = num_shards;
+    let mut jobs: Vec<Job> = Vec::with_capacity(lanes);
+    let mut next_shard = 0;
+    let (regions0, regions1) = out.split_at_mut(region0);
+    let regions1 = &mut regions1[..region1];
+    let mut solve = |band: &Band, i: usize| {
+        let region = if i < lower_shards {
+            &mut *regions0
+        } else {
+            &mut *regions1
+        };
+        backsub::solve(
+            &band.coeffs,
+            &band.results,
+            offsets[i],
+            columns_of(i),
+            region,
+            knobs.solve_path,
+        );
+    };
+    loop {
+        while jobs.len() < lanes && next_shard < exhausted {
+            let shard = next_shard;
+            next_shard += 1;
+            if max_seeds == 0 {
+                exhausted = shard;
+                break;
+            }
+            let keys = &partitioned[key_range(shard)];
+            if keys.is_empty() {
+                // Nothing to solve: its slots stay 0, seed 0.
+                continue;
+            }
+            let band = (0..MAX_LANES)
+                .find(|&b| jobs.iter().all(|job| job.band != b))
+                .expect("a free band");
+            bands[band].prepare(keys, shards[shard].num_slots as usize, seed_mask(0));
+            jobs.push(Job {
+                shard,
+                band,
+                seed: 0,
+                at: LaneRow::first(&bands[band]),
+            });
+        }
+        if jobs.is_empty() {
+            break;
+        }
+        let (stopped, solved) = run_jobs(&mut bands, &mut jobs);
+        let job = &mut jobs[stopped];
+        if solved {
+            shards[job.shard].seed = job.seed as u8;
+            solve(&bands[job.band], job.shard);
+            jobs.swap_remove(stopped);
+            continue;
+        }
+        failures[job.shard] += 1;
+        job.seed += 1;
+        if job.seed < max_seeds {
+            let band = &mut bands[job.band];
+            band.prepare(
+                &partitioned[key_range(job.shard)],
+                shards[job.shard].num_slots as usize,
+                seed_mask(job.seed as u8),
+            );
+            job.at = LaneRow::first(band);
+        } else {
+            exhausted = exhausted.min(job.shard);
+            jobs.retain(|job| job.shard < exhausted);
+        }
+    }
+    if exhausted < num_shards {
+        // As if the shards had been built one after another: the failures
+        // up to the first shard that failed every seed.
+        outcome.failed_seeds = failures[..=exhausted].iter().sum();
+        return none(outcome);
+    }
+    outcome.failed_seeds = failures.iter().sum();
+
+    for (i, shard) in shards.iter().enumerate() {
+        shard.write(&mut out[table_start + i * SHARD_ENTRY_BYTES..]);
+    }
+    let t = table_start + table_bytes;
+    out[t..t + 4].copy_from_slice(&(num_shards as u32).to_le_bytes());
+    out[t + 4..t + 8].copy_from_slice(&(lower_shards as u32).to_le_bytes());
+    out[t + 8] = upper as u8;
+    let crc = crc32fast::hash(&out[table_start..t + 9]);
+    out[t + 9..t + 13].copy_from_slice(&crc.to_le_bytes());
+    out[t + 13] = FORMAT_RIBBON64;
+    (Some(out), outcome)
+}
