@@ -238,20 +238,28 @@ impl<'a> Lane<'a> {
                 *slot = self.coeff;
                 *self.results.add(at) = self.result;
             }
-            return self.next_key();
+        } else {
+            let coeff = self.coeff ^ existing;
+            // SAFETY: `at < slots`.
+            self.result ^= unsafe { *self.results.add(at) };
+            if coeff != 0 {
+                let tz = coeff.trailing_zeros();
+                self.coeff = coeff >> tz;
+                // SAFETY: the new pivot is a set bit of the row, inside the
+                // band (the invariant above).
+                self.slot = unsafe { slot.add(tz as usize) };
+                return false;
+            }
+            // Reduced to zero (rare): no solution unless the result did
+            // too, which makes the row redundant (a duplicate key). Inline,
+            // not a call: a call taking the lane by reference would keep
+            // every lane's row in memory instead of registers (measured).
+            if self.result != 0 {
+                self.solved = Some(false);
+                return true;
+            }
         }
-        let coeff = self.coeff ^ existing;
-        // SAFETY: `at < slots`.
-        self.result ^= unsafe { *self.results.add(at) };
-        if coeff == 0 {
-            return self.reduced_to_zero();
-        }
-        let tz = coeff.trailing_zeros();
-        self.coeff = coeff >> tz;
-        // SAFETY: the new pivot is a set bit of the row, inside the band
-        // (the invariant above).
-        self.slot = unsafe { slot.add(tz as usize) };
-        false
+        self.next_key()
     }
 
     /// Takes up the next key's row; true (solved) after the last key.
@@ -270,19 +278,6 @@ impl<'a> Lane<'a> {
         self.pending = unsafe { *self.sorted.get_unchecked(self.next) };
         self.next += 1;
         false
-    }
-
-    /// The row reduced to zero coefficients: redundant (a duplicate key;
-    /// on to the next key) if its result did too, else no solution. Rare,
-    /// so out of the hot loop.
-    #[cold]
-    #[inline(never)]
-    fn reduced_to_zero(&mut self) -> bool {
-        if self.result != 0 {
-            self.solved = Some(false);
-            return true;
-        }
-        self.next_key()
     }
 }
 
