@@ -111,7 +111,7 @@ fn solve_scalar(
             *state = shifted | ((parity(coeff & shifted) ^ (result >> c)) & 1) as u64;
         }
         let g = offset + j;
-        if g % BLOCK_SLOTS == 0 || j == 0 {
+        if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
             emit(region, g, states);
         }
     }
@@ -179,7 +179,7 @@ mod avx512 {
                 *state = _mm512_or_si512(shifted, bit);
             }
             let g = offset + j;
-            if g % BLOCK_SLOTS == 0 || j == 0 {
+            if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
                 for (i, state) in states.iter().enumerate() {
                     // SAFETY: `8i + 8 <= 8G <= 32 = COLUMNS`: 64 bytes
                     // inside the local array; an unaligned store.

@@ -12,30 +12,58 @@ use super::{
 use crate::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
 
 /// Keys per shard format 0x06 aims at (shards hold
-/// `n / ceil(n / SHARD_KEYS_64)` keys on average). Chosen by measurement
-/// with [`overhead64_for_keys`] (see there).
+/// `n / ceil(n / SHARD_KEYS_64)` keys on average).
+///
+/// Chosen with [`overhead64_for_keys`] (see there): at 1,000,000 keys,
+/// shards of 512, 1,024 and 2,048 keys at the most overhead that keeps
+/// 6.96 bits/key (1.9%, 2.2%, 2.5%) built in 22.1-22.6, 21.4-21.5 and
+/// 21.3-21.4 ns/key with four lanes, and failed 2.8%, 10% and 20% of
+/// seeds; 4,096-key shards fail over a third of their seeds at that size.
+/// 1,024 is as fast as 2,048 and fails half as often.
 pub const SHARD_KEYS_64: usize = 1024;
 
-/// Shards a format 0x06 build bands at once by default.
-pub const LANES_64: usize = 3;
+/// Shards a format 0x06 build bands at once by default: four lanes built
+/// 1.10-1.15x faster than three at 1,000,000 keys (`cargo run --release
+/// --example ribbon_build -- 1000000 9 1024 3` against `... 1024 4`),
+/// unlike format 0x05, whose two-word rows left no registers for a fourth
+/// lane.
+pub const LANES_64: usize = 4;
 
 /// The most keys a shard is given whatever the shard size knob says, so
 /// that its slots fit the 16-bit size with room for overhead.
 const MAX_SHARD_KEYS: usize = 60_000;
 
 /// Slot overhead (slots / keys - 1) a format 0x06 shard of `num_keys` keys
-/// is built with.
+/// is built with: the most overhead (fastest build: fewer elimination
+/// steps and failed seeds) that keeps a 1,000,000-key filter at 10
+/// Bloom-equivalent bits per key (0.95% false positives, columns 7 and 6)
+/// at or below 6.96 bits/key with shards of that size.
 ///
 /// Measured with `cargo run --release --example ribbon_overhead -- 1 64`
-/// (failure rate per seed of single shards of random keys at a fixed
-/// overhead, format 0x06 rows; table in the example's doc and
-/// docs/filters.md), and chosen together with [`SHARD_KEYS_64`] from `cargo
-/// run --release --example ribbon_build` so that the build at 1,000,000
-/// keys is fastest while bits/key stays at most 6.96 at 10 Bloom-equivalent
-/// bits per key and a seed fails at most about one time in four.
-/// Linear in log2(keys) between the points, flat outside them.
+/// (1,000,000 random key hashes, seven trials per cell; failure rate per
+/// seed over all shards of all trials, bits/key of the whole filter):
+///
+/// | shard keys | overhead | failure rate per seed | bits/key |
+/// |---:|---:|---:|---:|
+/// | 512 | 1.5% | 0.035 | 6.933 |
+/// | 512 | 2.0% | 0.025 | 6.966 |
+/// | 512 | 2.5% | 0.018 | 7.001 |
+/// | 1024 | 1.5% | 0.156 | 6.907 |
+/// | 1024 | 2.0% | 0.121 | 6.941 |
+/// | 1024 | 2.2% | 0.111 | 6.954 |
+/// | 1024 | 2.5% | 0.092 | 6.975 |
+/// | 2048 | 2.0% | 0.292 | 6.927 |
+/// | 2048 | 2.5% | 0.210 | 6.961 |
+/// | 2048 | 3.0% | 0.163 | 6.994 |
+/// | 4096 | 2.5% | 0.384 | 6.956 |
+/// | 4096 | 3.0% | 0.294 | 6.990 |
+///
+/// Points at 512 (1.9%), 1,024 (2.2%) and 2,048 keys (2.5%), linear in
+/// log2(keys) between them, flat outside (smaller shards only occur in
+/// filters of fewer than [`SHARD_KEYS_64`] keys per shard on average,
+/// larger ones only with the shard size knob).
 pub fn overhead64_for_keys(num_keys: usize) -> f64 {
-    const POINTS: [(f64, f64); 4] = [(9.0, 0.025), (10.0, 0.025), (11.0, 0.03), (12.0, 0.035)];
+    const POINTS: [(f64, f64); 3] = [(9.0, 0.019), (10.0, 0.022), (11.0, 0.025)];
     let x = (num_keys.max(1) as f64).log2();
     if x <= POINTS[0].0 {
         return POINTS[0].1;
