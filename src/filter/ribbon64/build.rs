@@ -282,3 +282,19 @@ pub(crate) fn build(
     out[t + 13] = FORMAT_RIBBON64;
     (Some(out), outcome)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overhead_table_is_monotone_and_bounded() {
+        let mut last = 0.0;
+        for keys in (0..40).map(|i| (1.5f64.powi(i) as usize).max(1)) {
+            let o = overhead64_for_keys(keys);
+            assert!((0.019..=0.025).contains(&o) && o >= last, "{keys}: {o}");
+            last = o;
+        }
+        assert_eq!(overhead64_for_keys(SHARD_KEYS_64), 0.022);
+    }
+}
