@@ -22,12 +22,14 @@
 //! in real builds), and reports the failure rate per seed over all shards
 //! of all trials, the bits per key, and the median build time of the
 //! trials next to a blocked Bloom build of the same keys (10 bits per
-//! key) in the same trial. The Ribbon rate is that of 10 Bloom-equivalent
+//! key) in the same trial; and the elimination steps (slot visits) per
+//! key of banding 200 shards of exactly `shard keys` keys one at a time,
+//! counting the steps of failed seeds too. The Ribbon rate is that of 10 Bloom-equivalent
 //! bits per key (about 0.95%), so bits/key must stay at most 6.96.
 
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
-use sievedb::filter::ribbon64::{Ribbon64Table, LANES_64};
+use sievedb::filter::ribbon64::{elimination_steps, Ribbon64Table, LANES_64};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use std::time::Instant;
 
@@ -92,8 +94,8 @@ fn rows64(scale: f64) {
     println!(
         "{KEYS} keys per trial, {trials} trials per cell, {LANES_64} lanes; build times are medians over the trials"
     );
-    println!("| shard keys | overhead | shards | seeds tried | failed | failure rate per seed | bits/key | 0x06 ns/key | bloom ns/key | ratio |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| shard keys | overhead | shards | seeds tried | failed | failure rate per seed | bits/key | steps/key | 0x06 ns/key | bloom ns/key | ratio |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for shard_keys_64 in shard_sizes {
         for overhead in overheads {
             let knobs = BuildKnobs {
@@ -125,8 +127,15 @@ fn rows64(scale: f64) {
                 v[v.len() / 2]
             };
             let (r, b) = (median(ribbon_ns), median(bloom_ns));
+            let slots = (shard_keys_64 as f64 * (1.0 + overhead)).ceil() as usize;
+            let mut steps = 0u64;
+            for _ in 0..200 {
+                let hashes: Vec<u64> = (0..shard_keys_64).map(|_| rng.gen()).collect();
+                steps += elimination_steps(&hashes, slots, 256).0;
+            }
+            let steps_per_key = steps as f64 / (200 * shard_keys_64) as f64;
             println!(
-                "| {shard_keys_64} | {:.1}% | {shards} | {tried} | {failed} | {:.3} | {bits_per_key:.3} | {r:.1} | {b:.1} | {:.2}x |",
+                "| {shard_keys_64} | {:.1}% | {shards} | {tried} | {failed} | {:.3} | {bits_per_key:.3} | {steps_per_key:.1} | {r:.1} | {b:.1} | {:.2}x |",
                 overhead * 100.0,
                 failed as f64 / tried as f64,
                 r / b

@@ -102,6 +102,7 @@ mod backsub;
 mod band;
 mod build;
 
+pub use band::elimination_steps;
 pub(crate) use build::build;
 pub use build::{overhead64_for_keys, LANES_64, SHARD_KEYS_64};
 

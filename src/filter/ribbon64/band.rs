@@ -119,6 +119,28 @@ impl Band {
         }
     }
 
+    /// Bands `row` like [`add`](Self::add), counting elimination steps (a
+    /// visit of a slot) into `steps`.
+    fn add_counting(&mut self, mut row: Row, steps: &mut u64) -> bool {
+        loop {
+            *steps += 1;
+            let existing = self.coeffs[row.start];
+            if existing == 0 {
+                self.coeffs[row.start] = row.coeff;
+                self.results[row.start] = row.result;
+                return true;
+            }
+            row.coeff ^= existing;
+            row.result ^= self.results[row.start];
+            if row.coeff == 0 {
+                return row.result == 0;
+            }
+            let tz = row.coeff.trailing_zeros();
+            row.start += tz as usize;
+            row.coeff >>= tz;
+        }
+    }
+
     /// Bands the prepared keys from `index` on, one at a time; whether the
     /// system was solvable.
     pub(crate) fn add_from(&mut self, index: usize) -> bool {
@@ -127,6 +149,29 @@ impl Band {
             self.add(row)
         })
     }
+}
+
+/// Elimination steps (slot visits) banding `key_hashes` into one shard of
+/// `slots` slots (clamped to `64..=65535`) takes, in build order, with
+/// seeds from 0 until one solves or `max_seeds` have failed: `(steps over
+/// all seeds tried, seeds tried, solved)`. For the overhead tool (the cost
+/// of the build's banding, independent of the machine).
+#[doc(hidden)]
+pub fn elimination_steps(key_hashes: &[u64], slots: usize, max_seeds: u32) -> (u64, u32, bool) {
+    let slots = slots.clamp(W, MAX_SHARD_SLOTS);
+    let mut band = Band::default();
+    let mut steps = 0;
+    for seed in 0..max_seeds.min(256) {
+        band.prepare(key_hashes, slots, super::seed_mask(seed as u8));
+        let solved = (0..band.keys()).all(|i| {
+            let row = band.row(i);
+            band.add_counting(row, &mut steps)
+        });
+        if solved {
+            return (steps, seed + 1, true);
+        }
+    }
+    (steps, max_seeds.min(256), false)
 }
 
 /// Where a lane stands: the row in progress and the index, in start
