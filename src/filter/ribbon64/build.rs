@@ -17,16 +17,19 @@ use crate::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
 /// Chosen with [`overhead64_for_keys`] (see there): at 1,000,000 keys,
 /// shards of 512, 1,024 and 2,048 keys at the most overhead that keeps
 /// 6.96 bits/key (1.9%, 2.2%, 2.5%) built in 22.1-22.6, 21.4-21.5 and
-/// 21.3-21.4 ns/key with four lanes, and failed 2.8%, 10% and 20% of
-/// seeds; 4,096-key shards fail over a third of their seeds at that size.
-/// 1,024 is as fast as 2,048 and fails half as often.
+/// 21.3-21.4 ns/key with four lanes (`cargo run --release --example
+/// ribbon_build -- 1000000 9 <shard keys> 4 <overhead>`, two runs each),
+/// and failed 2.8%, 10% and 20% of seeds; 4,096-key shards fail over a
+/// third of their seeds at that size. 1,024 is as fast as 2,048, fails
+/// half as often and keeps more room under 6.96 bits/key.
 pub const SHARD_KEYS_64: usize = 1024;
 
-/// Shards a format 0x06 build bands at once by default: four lanes built
-/// 1.10-1.15x faster than three at 1,000,000 keys (`cargo run --release
-/// --example ribbon_build -- 1000000 9 1024 3` against `... 1024 4`),
-/// unlike format 0x05, whose two-word rows left no registers for a fourth
-/// lane.
+/// Shards a format 0x06 build bands at once by default. Four lanes against
+/// three at 1,000,000 keys (`cargo run --release --example ribbon_build --
+/// 1000000 9 1024 3`, then `... 1024 4`, alternating): 21.5-22.0 against
+/// 22.3-22.5 ns/key in three pairs of runs (1.10-1.15x in an earlier pair,
+/// before the faster back substitution), unlike format 0x05, whose
+/// two-word rows left no registers for a fourth lane.
 pub const LANES_64: usize = 4;
 
 /// The most keys a shard is given whatever the shard size knob says, so
