@@ -67,9 +67,10 @@ const MAX_SHARD_KEYS: usize = 60_000;
 /// | 4096 | 3.0% | 0.284 | 6.990 | 11.3 |
 ///
 /// Points at 512 (1.9%), 1,024 (2.2%) and 2,048 keys (2.5%), linear in
-/// log2(keys) between them, flat outside (smaller shards only occur in
-/// filters of fewer than [`SHARD_KEYS_64`] keys per shard on average,
-/// larger ones only with the shard size knob).
+/// log2(keys) between them, flat outside. Each shard is sized by its own
+/// key count; shards well below [`SHARD_KEYS_64`] keys occur when the keys
+/// split into few shards (1,500 keys: two of about 750), larger ones only
+/// with the shard size knob.
 pub fn overhead64_for_keys(num_keys: usize) -> f64 {
     const POINTS: [(f64, f64); 3] = [(9.0, 0.019), (10.0, 0.022), (11.0, 0.025)];
     let x = (num_keys.max(1) as f64).log2();
