@@ -379,7 +379,9 @@ pub fn overhead_for_keys(num_keys: usize) -> f64 {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuildKnobs {
-    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`],
+    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`]
+    /// (format 0x05) or
+    /// [`overhead64_for_keys`](super::ribbon64::overhead64_for_keys) (0x06),
     /// clamped to [-1, 10]
     /// (may be negative to force failures).
     pub overhead: Option<f64>,
