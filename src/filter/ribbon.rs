@@ -304,7 +304,7 @@ fn row_from_seeded(h1: u64, num_starts: u64) -> Row {
 /// nibble's parity lands in its low bit, and one multiplication sums those 16
 /// bits into the top nibble (Bit Twiddling Hacks, "parity with a multiply").
 #[inline(always)]
-fn parity_mul(mut v: u64) -> u32 {
+pub(super) fn parity_mul(mut v: u64) -> u32 {
     v ^= v >> 1;
     v ^= v >> 2;
     v = (v & 0x1111_1111_1111_1111).wrapping_mul(0x1111_1111_1111_1111);
@@ -314,7 +314,7 @@ fn parity_mul(mut v: u64) -> u32 {
 /// Parity of the set bits of `v` with `count_ones`: one POPCNT instruction
 /// when inlined into a function compiled with that feature.
 #[inline(always)]
-fn parity_popcnt(v: u64) -> u32 {
+pub(super) fn parity_popcnt(v: u64) -> u32 {
     v.count_ones() & 1
 }
 
@@ -326,7 +326,7 @@ fn fold(x: u128) -> u64 {
 
 /// Whether this CPU has POPCNT (cached by `std` after the first call).
 #[inline(always)]
-fn has_popcnt() -> bool {
+pub(super) fn has_popcnt() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("popcnt")
@@ -379,7 +379,9 @@ pub fn overhead_for_keys(num_keys: usize) -> f64 {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuildKnobs {
-    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`],
+    /// Fixed slot overhead for every shard instead of [`overhead_for_keys`]
+    /// (format 0x05) or
+    /// [`overhead64_for_keys`](super::ribbon64::overhead64_for_keys) (0x06),
     /// clamped to [-1, 10]
     /// (may be negative to force failures).
     pub overhead: Option<f64>,
@@ -389,6 +391,27 @@ pub struct BuildKnobs {
     pub shard_keys: usize,
     /// The back substitution to use (every one must write the same bytes).
     pub solve_path: SolvePath,
+    /// The format to build (default: [`RibbonFormat::Rows128`], 0x05).
+    pub format: RibbonFormat,
+    /// Keys per shard to aim at in format 0x06 (default
+    /// [`SHARD_KEYS_64`](super::ribbon64::SHARD_KEYS_64); at most 60,000
+    /// are used, so that a shard's slots fit its 16-bit size).
+    pub shard_keys_64: usize,
+    /// Shards format 0x06 bands at once, 1 to 4 (default
+    /// [`LANES_64`](super::ribbon64::LANES_64)).
+    pub lanes_64: usize,
+}
+
+/// Which Ribbon format a build writes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RibbonFormat {
+    /// Format 0x05: 128-bit rows, shards of about [`SHARD_KEYS`] keys.
+    #[default]
+    Rows128,
+    /// Format 0x06: 64-bit rows with smashed starts, small shards with one
+    /// column count each (see [`ribbon64`](super::ribbon64)).
+    Rows64,
 }
 
 impl Default for BuildKnobs {
@@ -398,6 +421,9 @@ impl Default for BuildKnobs {
             max_seeds: MAX_SEEDS,
             shard_keys: SHARD_KEYS,
             solve_path: SolvePath::Fastest,
+            format: RibbonFormat::Rows128,
+            shard_keys_64: super::ribbon64::SHARD_KEYS_64,
+            lanes_64: super::ribbon64::LANES_64,
         }
     }
 }
@@ -514,6 +540,13 @@ impl RibbonPolicy {
                 outcome,
             )
         };
+        if knobs.format == RibbonFormat::Rows64 {
+            let (upper, share) = self.columns();
+            return match super::ribbon64::build(key_hashes, upper, share, &knobs) {
+                (Some(bytes), outcome) => (bytes, outcome),
+                (None, outcome) => fallback(outcome),
+            };
+        }
         let n = key_hashes.len();
         let overhead_of = |keys: usize| {
             let o = knobs.overhead.unwrap_or_else(|| overhead_for_keys(keys));

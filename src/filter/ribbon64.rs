@@ -102,9 +102,15 @@ use crate::filter::FORMAT_RIBBON64;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod backsub;
+mod band;
+mod build;
 mod layout;
 mod query;
 
+pub use band::elimination_steps;
+pub(crate) use build::build;
+pub use build::{overhead64_for_keys, LANES_64, SHARD_KEYS_64};
 pub use layout::Ribbon64Layout;
 pub(crate) use query::Ribbon64Source;
 

@@ -1,0 +1,314 @@
+//! Back substitution of a banded format 0x06 shard, straight into its
+//! region's bytes.
+//!
+//! Slots are solved from the last to the first. For every result column
+//! `c` the solver keeps `state[c]`, the solution bits of the 64 slots
+//! `j..j + 64` (bit `k` = slot `j + k`; slots past the shard are 0). Moving
+//! from slot `j + 1` to slot `j` shifts every state left by one (slot
+//! `j + 64` leaves the window; a row at `j` reaches at most slot `j + 63`)
+//! and sets bit 0 to
+//!
+//! ```text
+//! S_c[j] = result_c[j] XOR parity(coeff[j] & state_c)     (state shifted)
+//! ```
+//!
+//! An empty slot (coefficients and result 0) gets 0. Bit 0 of the shifted
+//! state is 0 when the parity is taken, so the row's pivot adds nothing.
+//!
+//! The shard's local slot `j` is region slot `off + j`, and shards are not
+//! block-aligned: the first and last block of a shard may hold slots of
+//! its neighbours. So the solved bits are ORed into the zeroed region,
+//! never stored over a whole word: at each region slot `g = off + j` that
+//! starts a block, and at the shard's first slot, `state_c << (g % 64)`
+//! is ORed into word `(g / 64, c)`. The state's bits past the shard's last
+//! slot are 0, and the shift drops those past the block, which the
+//! previous emit (at the next block's first slot) wrote.
+//!
+//! Two solvers give the same bytes (tested): scalar (POPCNT when the CPU
+//! has it, else the portable parity) and AVX-512 F + VPOPCNTDQ, which
+//! keeps eight columns' states in a zmm register and solves them with one
+//! AND, `vpopcntq` and `vpternlogq` on the chain from slot to slot.
+
+use super::{BLOCK_SLOTS, MAX_COLUMNS, WORD_BYTES};
+use crate::filter::ribbon::{has_popcnt, parity_mul, parity_popcnt, SolvePath};
+
+/// Most columns, as an array length.
+const COLUMNS: usize = MAX_COLUMNS as usize;
+
+/// ORs the states (one per column, `states.len()` columns) of the slots
+/// from region slot `g` on into the words of `g`'s block in `region`.
+#[inline]
+fn emit(region: &mut [u8], g: usize, states: &[u64]) {
+    let (block, shift) = (g / BLOCK_SLOTS, g % BLOCK_SLOTS);
+    let columns = states.len();
+    for (c, &state) in states.iter().enumerate() {
+        let at = (block * columns + c) * WORD_BYTES;
+        let bytes = &mut region[at..at + WORD_BYTES];
+        let word = u64::from_le_bytes(bytes.try_into().expect("8 bytes")) | (state << shift);
+        bytes.copy_from_slice(&word.to_le_bytes());
+    }
+}
+
+/// Back-substitutes a banded shard: `coeffs` and `results` (one per slot,
+/// the same length), its first slot at region slot `offset`, `columns`
+/// (`1..=32`) result columns, into `region`, the bytes of its region
+/// (blocks of `columns` words), zero where the shard's slots are. `path`
+/// picks the solver (all write the same bytes).
+///
+/// Panics if `region` is too short for the shard's blocks (a caller bug).
+pub(crate) fn solve(
+    coeffs: &[u64],
+    results: &[u32],
+    offset: usize,
+    columns: usize,
+    region: &mut [u8],
+    path: SolvePath,
+) {
+    assert!(coeffs.len() == results.len() && (1..=COLUMNS).contains(&columns));
+    #[cfg(target_arch = "x86_64")]
+    if path == SolvePath::Fastest && has_avx512() {
+        // SAFETY: `has_avx512` just confirmed AVX-512 F and VPOPCNTDQ, all
+        // `solve_avx512` needs.
+        return unsafe { solve_avx512(coeffs, results, offset, columns, region) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path != SolvePath::Portable && has_popcnt() {
+        // SAFETY: `solve_popcnt` only enables `popcnt`, which `has_popcnt`
+        // just confirmed.
+        return unsafe { solve_popcnt(coeffs, results, offset, columns, region) };
+    }
+    solve_scalar(coeffs, results, offset, columns, region, parity_mul);
+}
+
+/// Whether this CPU has what [`solve_avx512`] needs (cached by `std`).
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn solve_popcnt(coeffs: &[u64], results: &[u32], offset: usize, columns: usize, region: &mut [u8]) {
+    solve_scalar(coeffs, results, offset, columns, region, parity_popcnt)
+}
+
+/// The scalar solver; `parity` is the parity of a `u64`.
+#[inline(always)]
+fn solve_scalar(
+    coeffs: &[u64],
+    results: &[u32],
+    offset: usize,
+    columns: usize,
+    region: &mut [u8],
+    parity: impl Fn(u64) -> u32,
+) {
+    let mut states = [0u64; COLUMNS];
+    let states = &mut states[..columns];
+    for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
+        for (c, state) in states.iter_mut().enumerate() {
+            let shifted = *state << 1;
+            *state = shifted | ((parity(coeff & shifted) ^ (result >> c)) & 1) as u64;
+        }
+        let g = offset + j;
+        if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
+            emit(region, g, states);
+        }
+    }
+}
+
+/// The AVX-512 solver; same contract and bytes as [`solve_scalar`].
+///
+/// # Safety
+///
+/// The CPU must support AVX-512 F and VPOPCNTDQ.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vpopcntdq")]
+unsafe fn solve_avx512(
+    coeffs: &[u64],
+    results: &[u32],
+    offset: usize,
+    columns: usize,
+    region: &mut [u8],
+) {
+    // One monomorphised loop per register count, so the states stay in
+    // registers.
+    match columns.div_ceil(8) {
+        0 | 1 => avx512::solve::<1>(coeffs, results, offset, columns, region),
+        2 => avx512::solve::<2>(coeffs, results, offset, columns, region),
+        3 => avx512::solve::<3>(coeffs, results, offset, columns, region),
+        _ => avx512::solve::<4>(coeffs, results, offset, columns, region),
+    }
+}
+
+/// `unsafe` here only because `#[target_feature]` functions and the
+/// intrinsics need it; every load and store is of a local array.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{emit, BLOCK_SLOTS, COLUMNS};
+    use std::arch::x86_64::*;
+
+    /// `vpternlogq` truth table of `a ^ (b & c)`.
+    const XOR_AND: i32 = 0x78;
+
+    /// `G` registers: columns `8g..8g + 8` in register `g`. Lanes past
+    /// `columns` are solved too, from whatever result bits the rows carry
+    /// there; lanes never affect each other, and only the first `columns`
+    /// states are emitted.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
+    pub(super) fn solve<const G: usize>(
+        coeffs: &[u64],
+        results: &[u32],
+        offset: usize,
+        columns: usize,
+        region: &mut [u8],
+    ) {
+        let one = _mm512_set1_epi64(1);
+        let mut states = [_mm512_setzero_si512(); G];
+        let mut words = [0u64; COLUMNS];
+        for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
+            // `popcount(shifted & coeff)` is `popcount(state & coeff >> 1)`
+            // (the state's top bit leaves the window; the pivot bit meets
+            // the shifted-in 0): the AND need not wait for the shift.
+            let c = _mm512_set1_epi64((coeff >> 1) as i64);
+            for (g, state) in states.iter_mut().enumerate() {
+                // The slot's result bits as lanes of 0 or 1, put into the
+                // free bit 0 of the shifted state: off the chain from one
+                // slot to the next, which is AND, VPOPCNTQ and one
+                // `vpternlogq` (`base ^ (count & 1)`), two cycles shorter
+                // than shifting first and adding the result after.
+                let result_lanes = _mm512_maskz_mov_epi64((result >> (8 * g)) as u8, one);
+                let base = _mm512_or_si512(_mm512_slli_epi64::<1>(*state), result_lanes);
+                let count = _mm512_popcnt_epi64(_mm512_and_si512(*state, c));
+                *state = _mm512_ternarylogic_epi64::<XOR_AND>(base, count, one);
+            }
+            let g = offset + j;
+            if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
+                for (i, state) in states.iter().enumerate() {
+                    // SAFETY: `8i + 8 <= 8G <= 32 = COLUMNS`: 64 bytes
+                    // inside the local array; an unaligned store.
+                    unsafe { _mm512_storeu_si512(words.as_mut_ptr().add(8 * i).cast(), *state) };
+                }
+                emit(region, g, &words[..columns]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::band::Band;
+    use super::super::{region_blocks, row, seed_mask};
+    use super::*;
+
+    fn hashes(n: u64, tag: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| crate::filter::key_hash(&[tag.to_le_bytes(), i.to_le_bytes()].concat()))
+            .collect()
+    }
+
+    /// Shards of these sizes (keys, slots), one after another in one region
+    /// starting at slot `first`, each banded with its first solvable seed.
+    fn banded(first: usize, sizes: &[(u64, usize)]) -> Vec<(Vec<u64>, Band, usize, u8)> {
+        let mut offset = first;
+        let mut out = Vec::new();
+        for (i, &(keys, slots)) in sizes.iter().enumerate() {
+            let keys = hashes(keys, i as u64);
+            let mut band = Band::default();
+            let seed = (0..=255u8)
+                .find(|&seed| {
+                    band.prepare(&keys, slots, seed_mask(seed));
+                    band.add_from(0)
+                })
+                .expect("a solvable seed");
+            out.push((keys, band, offset, seed));
+            offset += slots;
+        }
+        out
+    }
+
+    /// Column `c` of the 64-slot window from region slot `g`.
+    fn window(region: &[u8], columns: usize, g: usize, c: usize) -> u64 {
+        let word = |b: usize| {
+            let at = (b * columns + c) * WORD_BYTES;
+            u64::from_le_bytes(region[at..at + WORD_BYTES].try_into().unwrap())
+        };
+        let (b, s) = (g / 64, g % 64);
+        if s == 0 {
+            word(b)
+        } else {
+            (word(b) >> s) | (word(b + 1) << (64 - s))
+        }
+    }
+
+    #[test]
+    fn every_solver_writes_the_same_bytes_and_they_solve_every_row() {
+        // Shards not aligned to blocks, sharing boundary blocks; the
+        // smallest shard sizes; a region that starts mid-block.
+        let sizes = [
+            (60u64, 64usize),
+            (500, 530),
+            (1, 64),
+            (0, 70),
+            (900, 960),
+            (64, 80),
+        ];
+        for first in [0usize, 37] {
+            let shards = banded(first, &sizes);
+            let total = first + sizes.iter().map(|s| s.1).sum::<usize>();
+            for columns in 1..=COLUMNS {
+                let len = region_blocks(total as u64) as usize * columns * WORD_BYTES;
+                let mut outputs = Vec::new();
+                for path in [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable] {
+                    let mut region = vec![0u8; len];
+                    for (_, band, offset, _) in &shards {
+                        solve(
+                            &band.coeffs,
+                            &band.results,
+                            *offset,
+                            columns,
+                            &mut region,
+                            path,
+                        );
+                    }
+                    outputs.push(region);
+                }
+                assert!(
+                    outputs[0] == outputs[1],
+                    "{columns} columns: fastest vs scalar"
+                );
+                assert!(
+                    outputs[1] == outputs[2],
+                    "{columns} columns: scalar vs portable"
+                );
+                let region = &outputs[0];
+                // Every key's equations hold, read the way a query reads.
+                for (keys, band, offset, seed) in &shards {
+                    let slots = band.coeffs.len() as u64;
+                    for &h in keys {
+                        let r = row(h, seed_mask(*seed), slots);
+                        for c in 0..columns {
+                            let w = window(region, columns, offset + r.start, c);
+                            assert_eq!(
+                                (w & r.coeff).count_ones() & 1,
+                                (r.result >> c) & 1,
+                                "{columns} columns, column {c}"
+                            );
+                        }
+                    }
+                }
+                // Bits before the region's first shard and past its last
+                // slot are 0.
+                for c in 0..columns {
+                    let w = window(region, columns, 0, c);
+                    assert_eq!(w & ((1u64 << first) - 1), 0, "before the first shard");
+                    let tail = region_blocks(total as u64) as usize - 1;
+                    let at = (tail * columns + c) * WORD_BYTES;
+                    let w = u64::from_le_bytes(region[at..at + 8].try_into().unwrap());
+                    assert_eq!(w >> (total % 64), 0, "past the region's last slot");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Format 0x06 build (64-bit rows): no false negatives through the
+//! reference query of the specification, fallbacks, the measured
+//! false-positive rate against the rate the shards' columns give,
+//! duplicates and deterministic bytes.
+
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS};
+use sievedb::filter::ribbon64::{Ribbon64Table, SHARD_KEYS_64};
+use sievedb::filter::{
+    self, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON, FORMAT_RIBBON64,
+};
+
+/// Hashes of `n` distinct keys, `offset` separating independent key sets.
+fn hashes(n: u64, offset: u64) -> Vec<u64> {
+    (offset..offset + n)
+        .map(|i| filter::key_hash(&i.to_le_bytes()))
+        .collect()
+}
+
+fn rows64() -> BuildKnobs {
+    BuildKnobs {
+        format: RibbonFormat::Rows64,
+        ..BuildKnobs::default()
+    }
+}
+
+fn build(keys: &[u64], knobs: BuildKnobs) -> (Vec<u8>, BuildOutcome) {
+    RibbonPolicy::new(10.0).build_with(keys, knobs)
+}
+
+/// Whether `bytes` may contain `h`: the reference query for format 0x06,
+/// the generic query for the Bloom fallback.
+fn may_contain(bytes: &[u8], h: u64) -> bool {
+    match bytes.last() {
+        Some(&FORMAT_RIBBON64) => Ribbon64Table::parse(bytes)
+            .expect("consistent format 0x06 bytes")
+            .may_contain_reference(bytes, h),
+        _ => filter::may_contain(bytes, h),
+    }
+}
+
+fn assert_no_false_negatives(bytes: &[u8], keys: &[u64]) {
+    if bytes.last() == Some(&FORMAT_RIBBON64) {
+        let table = Ribbon64Table::parse(bytes).expect("consistent format 0x06 bytes");
+        for &h in keys {
+            assert!(table.may_contain_reference(bytes, h), "false negative");
+        }
+    } else {
+        for &h in keys {
+            assert!(filter::may_contain(bytes, h), "false negative (fallback)");
+        }
+    }
+}
+
+#[test]
+fn no_false_negatives_at_every_size() {
+    for n in [0u64, 1, 2, 100, 1_000, 1_100, 10_000, 1_000_000] {
+        let keys = hashes(n, n);
+        let (bytes, outcome) = build(&keys, rows64());
+        let expect_ribbon = n >= 1_100;
+        assert_eq!(
+            !outcome.fell_back_to_bloom, expect_ribbon,
+            "{n}: {outcome:?}"
+        );
+        let format = *bytes.last().unwrap();
+        assert_eq!(
+            format,
+            if expect_ribbon {
+                FORMAT_RIBBON64
+            } else {
+                FORMAT_BLOOM
+            },
+            "{n}"
+        );
+        if expect_ribbon {
+            let table = Ribbon64Table::parse(&bytes).unwrap();
+            assert_eq!(table.shards.len() as u64, n.div_ceil(SHARD_KEYS_64 as u64));
+            assert_eq!(table.shards.len() as u32, outcome.shards);
+            assert_eq!(table.upper_columns, 7);
+        }
+        assert_no_false_negatives(&bytes, &keys);
+    }
+}
+
+#[test]
+fn default_knobs_still_build_format_0x05() {
+    let keys = hashes(20_000, 3);
+    assert_eq!(
+        RibbonPolicy::new(10.0).build(&keys).last(),
+        Some(&FORMAT_RIBBON)
+    );
+}
+
+#[test]
+fn bits_per_key_at_a_million_keys() {
+    let keys = hashes(1_000_000, 11);
+    let (bytes, outcome) = build(&keys, rows64());
+    assert!(!outcome.fell_back_to_bloom);
+    let bits = bytes.len() as f64 * 8.0 / keys.len() as f64;
+    assert!(bits <= 6.96, "{bits} bits/key");
+}
+
+#[test]
+fn measured_false_positive_rate_matches_the_columns() {
+    let n = 1_000_000u64;
+    let keys = hashes(n, 0);
+    let policy = RibbonPolicy::new(10.0);
+    let (bytes, _) = policy.build_with(&keys, rows64());
+    let table = Ribbon64Table::parse(&bytes).unwrap();
+    // An absent key lands in shard i with probability 1 / num_shards and
+    // then matches with probability 2^-columns(i).
+    let shards = table.shards.len();
+    let expected = (0..shards)
+        .map(|i| 0.5f64.powi(table.columns(i) as i32))
+        .sum::<f64>()
+        / shards as f64;
+    // The shards' column mix is rounded to whole shards: close to the
+    // policy's rate.
+    assert!(
+        (expected - policy.fp_rate()).abs() < 0.01 * policy.fp_rate(),
+        "{expected} vs {}",
+        policy.fp_rate()
+    );
+    let probes = 1_000_000u64;
+    let absent = hashes(probes, 1 << 50);
+    let hits = absent
+        .iter()
+        .filter(|&&h| table.may_contain_reference(&bytes, h))
+        .count();
+    let measured = hits as f64 / probes as f64;
+    // Five standard deviations of the binomial count.
+    let sigma = (expected * (1.0 - expected) / probes as f64).sqrt();
+    assert!(
+        (measured - expected).abs() < 5.0 * sigma,
+        "measured {measured}, expected {expected} (sigma {sigma})"
+    );
+}
+
+#[test]
+fn forced_failures_still_give_a_correct_filter() {
+    let keys = hashes(5_000, 77);
+    // Fewer slots than keys: every seed fails, the first shard exhausts
+    // them and the build falls back to Bloom.
+    let (bytes, outcome) = build(
+        &keys,
+        BuildKnobs {
+            overhead: Some(-0.05),
+            ..rows64()
+        },
+    );
+    assert!(outcome.fell_back_to_bloom, "{outcome:?}");
+    assert_eq!(outcome.failed_seeds, MAX_SEEDS);
+    assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
+    assert_no_false_negatives(&bytes, &keys);
+    // No overhead at all: many seeds fail, some shards may still solve.
+    let (bytes, outcome) = build(
+        &keys,
+        BuildKnobs {
+            overhead: Some(0.0),
+            max_seeds: 8,
+            ..rows64()
+        },
+    );
+    assert!(outcome.failed_seeds > 0, "{outcome:?}");
+    assert_no_false_negatives(&bytes, &keys);
+    // Tight: retries that succeed (about one seed in four fails at 0.5%
+    // overhead; 20 shards).
+    let many = hashes(20_000, 78);
+    let (bytes, outcome) = build(
+        &many,
+        BuildKnobs {
+            overhead: Some(0.005),
+            ..rows64()
+        },
+    );
+    assert!(
+        !outcome.fell_back_to_bloom && outcome.failed_seeds > 0,
+        "{outcome:?}"
+    );
+    assert_no_false_negatives(&bytes, &many);
+    // No seeds to try, and absurd overheads.
+    for overhead in [f64::NAN, f64::INFINITY, -1e9, 1e9] {
+        let (bytes, _) = build(
+            &keys,
+            BuildKnobs {
+                overhead: Some(overhead),
+                ..rows64()
+            },
+        );
+        assert_no_false_negatives(&bytes, &keys);
+    }
+    let (bytes, outcome) = build(
+        &keys,
+        BuildKnobs {
+            max_seeds: 0,
+            ..rows64()
+        },
+    );
+    assert!(outcome.fell_back_to_bloom);
+    assert_no_false_negatives(&bytes, &keys);
+}
+
+#[test]
+fn duplicate_hashes_are_harmless() {
+    let unique = hashes(30_000, 5);
+    let mut keys = unique.clone();
+    keys.extend_from_slice(&unique[..10_000]);
+    keys.extend_from_slice(&unique[..10_000]);
+    let (bytes, outcome) = build(&keys, rows64());
+    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+    assert_no_false_negatives(&bytes, &unique);
+    // All the same key: every copy lands in one shard, far more keys than
+    // its 65,535 slots, all redundant.
+    for copies in [5_000, 300_000] {
+        let same = vec![unique[0]; copies];
+        let (bytes, outcome) = build(&same, rows64());
+        assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+        assert_no_false_negatives(&bytes, &same);
+    }
+}
+
+#[test]
+fn bytes_are_deterministic_across_lanes_and_solvers() {
+    let keys = hashes(50_000, 9);
+    let (first, _) = build(&keys, rows64());
+    assert_eq!(first.last(), Some(&FORMAT_RIBBON64));
+    for lanes_64 in 1..=4 {
+        for solve_path in [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable] {
+            let (bytes, _) = build(
+                &keys,
+                BuildKnobs {
+                    lanes_64,
+                    solve_path,
+                    ..rows64()
+                },
+            );
+            assert!(bytes == first, "{lanes_64} lanes, {solve_path:?}");
+        }
+    }
+    // Many failed seeds, shards of very different lengths and failing
+    // lanes: still the same bytes whatever the lanes.
+    let tight = BuildKnobs {
+        overhead: Some(0.005),
+        shard_keys_64: 300,
+        ..rows64()
+    };
+    let (first, outcome) = build(&keys, tight);
+    assert!(outcome.failed_seeds > 0);
+    for lanes_64 in 1..=4 {
+        let (bytes, _) = build(&keys, BuildKnobs { lanes_64, ..tight });
+        assert!(bytes == first, "{lanes_64} lanes, tight");
+    }
+}
+
+#[test]
+fn every_rate_and_shard_size_builds_correct_filters() {
+    let keys = hashes(20_000, 21);
+    for bits in [1.0, 2.0, 3.5, 10.0, 16.0, 30.0, 100.0] {
+        for shard_keys_64 in [1, 64, 700, 5_000, usize::MAX] {
+            let knobs = BuildKnobs {
+                shard_keys_64,
+                ..rows64()
+            };
+            let (bytes, _) = RibbonPolicy::new(bits).build_with(&keys, knobs);
+            assert_no_false_negatives(&bytes, &keys);
+        }
+    }
+    let (bytes, outcome) = RibbonPolicy::with_fp_rate(1e-12)
+        .unwrap()
+        .build_with(&keys, rows64());
+    assert!(!outcome.fell_back_to_bloom);
+    assert_eq!(Ribbon64Table::parse(&bytes).unwrap().upper_columns, 32);
+    assert_no_false_negatives(&bytes, &keys);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn no_false_negatives_for_random_small_sets(
+        seed in any::<u64>(),
+        n in 0usize..4_000,
+        duplicates in 0usize..200,
+        shard_keys_64 in 1usize..3_000,
+        bits in 1.0f64..40.0,
+    ) {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut keys: Vec<u64> = (0..n).map(|_| rng.gen()).collect();
+        for _ in 0..duplicates.min(n) {
+            let k = keys[rng.gen_range(0..n)];
+            keys.push(k);
+        }
+        let knobs = BuildKnobs { shard_keys_64, ..rows64() };
+        let (bytes, _) = RibbonPolicy::new(bits).build_with(&keys, knobs);
+        for &h in &keys {
+            prop_assert!(may_contain(&bytes, h));
+        }
+    }
+}
