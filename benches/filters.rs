@@ -11,9 +11,10 @@
 //! batches answered by one `Filter::may_contain_batch` call (a different
 //! API from the single queries, which the other families are measured on).
 //!
-//! The Ribbon filter (`RibbonPolicy::new(10.0)`) aims at the false-positive
-//! rate of the blocked Bloom filter at 10 bits/key (about 0.954%) in about 7
-//! bits/key; xorf's `BinaryFuse8` is a static filter with a fixed rate
+//! The Ribbon filter (`RibbonPolicy::new(10.0)`, format 0x06; `ribbon128` is
+//! the same policy building the previous format 0x05) aims at the
+//! false-positive rate of the blocked Bloom filter at 10 bits/key (about
+//! 0.955%) in about 7 bits/key; xorf's `BinaryFuse8` is a static filter with a fixed rate
 //! (about 0.39%) at about 9 bits/key. Before the timings, the benchmark
 //! prints each filter's size and its false-positive rate measured over the
 //! 1,000,000 absent hashes, at every size.
@@ -27,7 +28,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sievedb::filter::ribbon::RibbonLayout;
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
+use sievedb::filter::ribbon64::Ribbon64Layout;
 use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
 use xorf::Filter as _;
 
@@ -195,8 +197,9 @@ fn bloom_on_path(c: &mut Criterion, w: &Workload, path: &str) {
     );
 }
 
-/// sievedb's Ribbon filter at the Bloom filter's false-positive rate,
-/// decoded once into a [`Filter`] like the Bloom filter above.
+/// sievedb's Ribbon filter at the Bloom filter's false-positive rate, as
+/// `RibbonPolicy` builds it (format 0x06, 64-bit rows), decoded once into a
+/// [`Filter`] like the Bloom filter above.
 fn ribbon(c: &mut Criterion, w: &Workload) {
     let policy = RibbonPolicy::new(BITS_PER_KEY as f64);
     let bytes = policy.build(&w.present);
@@ -215,8 +218,33 @@ fn ribbon(c: &mut Criterion, w: &Workload) {
     batch_rows(c, "ribbon", w, &Filter::decode(bytes));
 }
 
-/// The same Ribbon filter on the portable query path (parity by multiply),
-/// which CPUs without POPCNT take.
+/// The same policy building the previous format, 0x05 (128-bit rows,
+/// shards of about 8,192 keys, two column counts inside each shard), which
+/// is still read and can be built on request: the rows that show what
+/// format 0x06 changed.
+fn ribbon128(c: &mut Criterion, w: &Workload) {
+    let policy = RibbonPolicy::new(BITS_PER_KEY as f64);
+    let knobs = BuildKnobs {
+        format: RibbonFormat::Rows128,
+        ..BuildKnobs::default()
+    };
+    let bytes = policy.build_with(&w.present, knobs).0;
+    eprintln!(
+        "ribbon128/{}: {:.3} bits/key",
+        w.present.len(),
+        bytes.len() as f64 * 8.0 / w.present.len() as f64
+    );
+    family(
+        c,
+        "ribbon128",
+        w,
+        |hashes| Filter::decode(policy.build_with(hashes, knobs).0),
+        |filter, h| filter.may_contain(h),
+    );
+}
+
+/// The default Ribbon filter on the portable query path (parity by
+/// multiply, no SIMD), which CPUs without POPCNT take.
 fn ribbon_portable(c: &mut Criterion, w: &Workload) {
     let policy = RibbonPolicy::new(BITS_PER_KEY as f64);
     family(
@@ -225,7 +253,7 @@ fn ribbon_portable(c: &mut Criterion, w: &Workload) {
         w,
         |hashes| {
             let bytes = policy.build(hashes);
-            let layout = RibbonLayout::parse(&bytes).expect("freshly built");
+            let layout = Ribbon64Layout::parse(&bytes).expect("freshly built format 0x06");
             (layout, bytes)
         },
         |(layout, bytes), h| layout.may_contain_portable(bytes, h),
@@ -322,6 +350,7 @@ fn all(c: &mut Criterion) {
         bloom_on_path(c, &w, "avx2");
         bloom_on_path(c, &w, "portable");
         ribbon(c, &w);
+        ribbon128(c, &w);
         ribbon_portable(c, &w);
         binary_fuse8(c, &w);
         sbbf(c, &w);
