@@ -391,7 +391,7 @@ pub struct BuildKnobs {
     pub shard_keys: usize,
     /// The back substitution to use (every one must write the same bytes).
     pub solve_path: SolvePath,
-    /// The format to build (default: [`RibbonFormat::Rows128`], 0x05).
+    /// The format to build (default: [`RibbonFormat::Rows64`], 0x06).
     pub format: RibbonFormat,
     /// Keys per shard to aim at in format 0x06 (default
     /// [`SHARD_KEYS_64`](super::ribbon64::SHARD_KEYS_64); at most 60,000
@@ -406,11 +406,13 @@ pub struct BuildKnobs {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RibbonFormat {
-    /// Format 0x05: 128-bit rows, shards of about [`SHARD_KEYS`] keys.
-    #[default]
+    /// Format 0x05: 128-bit rows, shards of about [`SHARD_KEYS`] keys. Built
+    /// only when asked for (tests, and benchmarks that compare the formats).
     Rows128,
-    /// Format 0x06: 64-bit rows with smashed starts, small shards with one
-    /// column count each (see [`ribbon64`](super::ribbon64)).
+    /// Format 0x06, what [`RibbonPolicy`] builds: 64-bit rows with smashed
+    /// starts, small shards with one column count each (see
+    /// [`ribbon64`](super::ribbon64)).
+    #[default]
     Rows64,
 }
 
@@ -421,7 +423,7 @@ impl Default for BuildKnobs {
             max_seeds: MAX_SEEDS,
             shard_keys: SHARD_KEYS,
             solve_path: SolvePath::Fastest,
-            format: RibbonFormat::Rows128,
+            format: RibbonFormat::Rows64,
             shard_keys_64: super::ribbon64::SHARD_KEYS_64,
             lanes_64: super::ribbon64::LANES_64,
         }
