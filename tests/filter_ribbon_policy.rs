@@ -78,8 +78,8 @@ fn million() -> &'static Million {
     })
 }
 
-/// The layout of `bytes` on every path this CPU runs, by name. Fails if a
-/// path the CPU has features for is missing (so no path is skipped
+/// `layout` moved onto every path this CPU runs, by name. Fails if a path
+/// the CPU has the features for is missing (so no path is skipped
 /// silently).
 fn paths_of(layout: &Ribbon64Layout) -> Vec<(&'static str, Ribbon64Layout)> {
     let paths: Vec<(&str, Ribbon64Layout)> = PATHS
