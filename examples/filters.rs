@@ -17,6 +17,7 @@ use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use sievedb::filter::bloom::{blocked_bloom_fp_rate, BloomLayout};
 use sievedb::filter::ribbon::RibbonLayout;
+use sievedb::filter::ribbon64::Ribbon64Layout;
 use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, NoFilter, RibbonPolicy};
 
 const KEYS: usize = 1_000_000;
@@ -40,9 +41,16 @@ fn describe_bloom(bytes: &[u8], num_keys: usize) -> (String, f64) {
 }
 
 /// A Ribbon filter has no probes; the "probes" column shows its result bits
-/// per slot (upper blocks), the theory is the start-weighted mix of its
-/// shards' result bits. Small sets are built as Bloom filters.
+/// per slot (upper shards in format 0x06, which `RibbonPolicy` builds;
+/// upper blocks in format 0x05), the theory is the mix of its shards'
+/// result bits. Small sets are built as Bloom filters.
 fn describe_ribbon(bytes: &[u8], num_keys: usize) -> (String, f64) {
+    if let Some(layout) = Ribbon64Layout::parse(bytes) {
+        return (
+            format!("{} result bits", layout.upper_columns()),
+            layout.expected_fp_rate(),
+        );
+    }
     match RibbonLayout::parse(bytes) {
         Some(layout) => (
             format!("{} result bits", layout.upper_columns()),

@@ -5,7 +5,8 @@
 //!
 //! For each size (keys; default 10,000 and 1,000,000) it builds a Bloom
 //! filter (`BloomPolicy::new(10.0)`) and a format 0x05 Ribbon filter
-//! (`RibbonPolicy::new(10.0)`) over the same keys, and crafts a CRC-valid
+//! (`RibbonPolicy::new(10.0)`, built with `RibbonFormat::Rows128`: the
+//! policy's default is format 0x06) over the same keys, and crafts a CRC-valid
 //! format 0x06 filter of the size a build would give: shards of about
 //! 1,020 keys and 1,045 slots, 23% of them lower shards of 6 columns, the
 //! others 7 (about 1% false positives), random seeds and random solution
@@ -27,7 +28,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
-use sievedb::filter::ribbon::RibbonLayout;
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{
     region_blocks, Ribbon64Layout, Shard64, SHARD_ENTRY_BYTES, WORD_BYTES,
 };
@@ -144,7 +145,12 @@ fn run(keys: usize) {
     let present = hashes(1, keys);
     let absent = hashes(2, HASHES);
     let bloom = Filter::decode(BloomPolicy::new(10.0).build(&present));
-    let bytes05 = RibbonPolicy::new(10.0).build(&present);
+    // `RibbonPolicy` builds format 0x06 by default; format 0x05 when asked.
+    let knobs05 = BuildKnobs {
+        format: RibbonFormat::Rows128,
+        ..BuildKnobs::default()
+    };
+    let bytes05 = RibbonPolicy::new(10.0).build_with(&present, knobs05).0;
     let layout05 = RibbonLayout::parse(&bytes05).expect("format 0x05");
     let ribbon = Filter::decode(&bytes05);
     let bytes64 = craft_ribbon64(keys, &mut rng);

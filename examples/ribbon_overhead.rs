@@ -1,6 +1,8 @@
 //! Measures the Ribbon build failure rate per seed against the slot overhead
 //! (slots / keys - 1) at several band sizes, to choose
-//! `sievedb::filter::ribbon::overhead_for_keys` and the shard size.
+//! `sievedb::filter::ribbon::overhead_for_keys` and the shard size of
+//! format 0x05 (built here explicitly: `RibbonPolicy` builds format 0x06 by
+//! default).
 //!
 //! ```text
 //! cargo run --release --example ribbon_overhead [trials_scale]
@@ -60,6 +62,7 @@ fn main() {
         for &overhead in overheads {
             let keys = (slots as f64 / (1.0 + overhead)).floor() as usize;
             let knobs = BuildKnobs {
+                format: RibbonFormat::Rows128,
                 overhead: Some(overhead),
                 shard_keys: usize::MAX,
                 ..BuildKnobs::default()

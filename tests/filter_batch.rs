@@ -9,6 +9,7 @@ use common::ExactSet;
 use std::sync::Arc;
 
 use sievedb::filter::bloom::build_v1;
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
 use sievedb::filter::{
     key_hash, BloomPolicy, Filter, FilterPolicy, NoFilter, RibbonPolicy, Unfiltered,
     BATCH_PREFETCH_DISTANCE, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON, FORMAT_RIBBON_V3,
@@ -86,9 +87,21 @@ fn builtin_filters(present: &[u64]) -> Vec<(String, Filter)> {
     }
     for bits in [7.0, 10.0, 16.0] {
         // (Over very few keys the Ribbon policy may write another format.)
-        let filter = Filter::decode(RibbonPolicy::new(bits).build(present));
-        let name = format!("ribbon {bits} bits/key ({})", filter.format_name());
-        filters.push((name, filter));
+        // The policy builds format 0x06; format 0x05 is still read, and
+        // built when asked for.
+        let policy = RibbonPolicy::new(bits);
+        let rows128 = BuildKnobs {
+            format: RibbonFormat::Rows128,
+            ..BuildKnobs::default()
+        };
+        for (format, bytes) in [
+            ("0x06", policy.build(present)),
+            ("0x05", policy.build_with(present, rows128).0),
+        ] {
+            let filter = Filter::decode(bytes);
+            let name = format!("ribbon {format} {bits} bits/key ({})", filter.format_name());
+            filters.push((name, filter));
+        }
     }
     let none = Filter::decode(NoFilter.build(present));
     assert_eq!(none.unfiltered(), Some(Unfiltered::NoFilter));

@@ -1,13 +1,20 @@
-//! Ribbon filter: correctness, fallbacks, measured false-positive rate,
+//! Ribbon filter format 0x05 (128-bit rows; and the format 0x03 it
+//! replaced): correctness, fallbacks, measured false-positive rate,
 //! decoding through the generic decoder, and damaged bytes.
+//!
+//! [`RibbonPolicy`] builds format 0x06 by default (tested in
+//! `filter_ribbon_policy.rs`, `filter_ribbon64.rs` and
+//! `filter_ribbon64_build.rs`); format 0x05 is still built when asked for
+//! and read. Every filter here is built as format 0x05 explicitly, through
+//! [`build_0x05`] and [`knobs_0x05`].
 
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{
-    BuildKnobs, RibbonLayout, RibbonShard, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS,
-    TRAILER_BYTES,
+    BuildKnobs, RibbonFormat, RibbonLayout, RibbonShard, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES,
+    SHARD_KEYS, TRAILER_BYTES,
 };
 use sievedb::filter::{
     self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
@@ -19,6 +26,22 @@ fn hashes(n: u64, offset: u64) -> Vec<u64> {
     (offset..offset + n)
         .map(|i| filter::key_hash(&i.to_le_bytes()))
         .collect()
+}
+
+/// The default build knobs, but building format 0x05 (the policy's default
+/// is format 0x06).
+fn knobs_0x05() -> BuildKnobs {
+    BuildKnobs {
+        format: RibbonFormat::Rows128,
+        ..BuildKnobs::default()
+    }
+}
+
+/// `policy`'s filter of `keys` in format 0x05: what `policy.build(keys)`
+/// wrote before format 0x06 became the default (a blocked Bloom filter
+/// where the policy falls back to one).
+fn build_0x05(policy: &RibbonPolicy, keys: &[u64]) -> Vec<u8> {
+    policy.build_with(keys, knobs_0x05()).0
 }
 
 /// Keys from a disjoint range, never inserted anywhere.
@@ -48,7 +71,7 @@ fn million() -> &'static Million {
     static M: OnceLock<Million> = OnceLock::new();
     M.get_or_init(|| {
         let keys = hashes(1_000_000, 0);
-        let bytes = RibbonPolicy::new(10.0).build(&keys);
+        let bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
         Million { keys, bytes }
     })
 }
@@ -58,7 +81,7 @@ fn no_false_negatives_at_all_sizes() {
     let policy = RibbonPolicy::new(10.0);
     for n in [0u64, 1, 2, 100, 10_000] {
         let keys = hashes(n, 7);
-        let bytes = policy.build(&keys);
+        let bytes = build_0x05(&policy, &keys);
         assert_no_false_negatives(&bytes, &keys);
         let expected = if n >= 10_000 { "ribbon" } else { "bloom" };
         assert_eq!(
@@ -74,7 +97,7 @@ fn no_false_negatives_at_all_sizes() {
 
 #[test]
 fn empty_set_rejects_everything() {
-    let bytes = RibbonPolicy::new(10.0).build(&[]);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &[]);
     let decoded = Filter::decode(bytes.clone());
     assert_eq!(decoded.format_name(), "bloom");
     for h in absent(1000) {
@@ -85,11 +108,12 @@ fn empty_set_rejects_everything() {
 
 #[test]
 fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
-    // What is built: format 0x05 (64-slot blocks); 0x03 is only read.
+    // What this suite builds: format 0x05 (64-slot blocks); 0x03 is only
+    // read.
     assert_eq!((FORMAT_RIBBON, FORMAT_RIBBON_V3), (0x05, 0x03));
     let policy = RibbonPolicy::new(10.0);
     let small = hashes(700, 1);
-    let (bytes, outcome) = policy.build_with(&small, BuildKnobs::default());
+    let (bytes, outcome) = policy.build_with(&small, knobs_0x05());
     assert!(outcome.fell_back_to_bloom);
     assert_eq!(outcome.shards, 0);
     assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
@@ -97,7 +121,7 @@ fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
     assert_eq!(bytes, BloomPolicy::new(10.0).build(&small));
 
     let large = hashes(5_000, 1);
-    let (bytes, outcome) = policy.build_with(&large, BuildKnobs::default());
+    let (bytes, outcome) = policy.build_with(&large, knobs_0x05());
     assert!(!outcome.fell_back_to_bloom);
     assert_eq!(outcome.shards, 1);
     assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
@@ -121,7 +145,7 @@ fn duplicate_hashes_are_redundant_rows_not_failures() {
     let knobs = BuildKnobs {
         overhead: Some(-0.55),
         shard_keys: usize::MAX,
-        ..BuildKnobs::default()
+        ..knobs_0x05()
     };
     let (bytes, outcome) = policy.build_with(&keys, knobs);
     assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
@@ -136,7 +160,7 @@ fn failed_seeds_are_retried_and_still_give_a_correct_filter() {
     // first seed fails and a later one succeeds.
     let knobs = BuildKnobs {
         overhead: Some(0.012),
-        ..BuildKnobs::default()
+        ..knobs_0x05()
     };
     let keys = hashes(200_000, 5);
     let (bytes, outcome) = policy.build_with(&keys, knobs);
@@ -163,7 +187,7 @@ fn exhausted_seeds_fall_back_to_bloom() {
     // Fewer slots than keys: no seed can solve the system.
     let knobs = BuildKnobs {
         overhead: Some(-0.02),
-        ..BuildKnobs::default()
+        ..knobs_0x05()
     };
     let (bytes, outcome) = policy.build_with(&keys, knobs);
     assert_eq!(outcome.failed_seeds, MAX_SEEDS);
@@ -226,9 +250,7 @@ fn fp_rate_matches_fractional_result_bits_at_a_million_keys() {
 #[test]
 fn fp_rate_matches_whole_result_bits() {
     let keys = hashes(200_000, 11);
-    let bytes = RibbonPolicy::with_fp_rate(1.0 / 256.0)
-        .unwrap()
-        .build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::with_fp_rate(1.0 / 256.0).unwrap(), &keys);
     let layout = RibbonLayout::parse(&bytes).unwrap();
     assert_eq!(layout.upper_columns(), 8);
     assert!(
@@ -249,7 +271,7 @@ fn low_and_high_rates_build_correct_filters() {
         RibbonPolicy::new(100.0),
         RibbonPolicy::with_fp_rate(1e-12).unwrap(),
     ] {
-        let bytes = policy.build(&keys);
+        let bytes = build_0x05(&policy, &keys);
         assert_eq!(bytes.last(), Some(&FORMAT_RIBBON), "{policy:?}");
         assert_no_false_negatives(&bytes, &keys);
         check_fp_rate(&bytes, 200_000);
@@ -290,7 +312,7 @@ fn constructors_validate_and_clamp() {
 
 fn small_ribbon() -> (Vec<u64>, Vec<u8>) {
     let keys = hashes(3_000, 21);
-    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
     assert_eq!(bytes.last(), Some(&FORMAT_RIBBON));
     (keys, bytes)
 }
@@ -321,7 +343,7 @@ fn a_layout_queried_with_shorter_bytes_answers_like_the_portable_path() {
     // solution and 8 x columns bytes after it).
     let (keys, bytes) = small_ribbon();
     let many = hashes(50_000, 41);
-    let many_bytes = RibbonPolicy::new(10.0).build(&many);
+    let many_bytes = build_0x05(&RibbonPolicy::new(10.0), &many);
     for (keys, bytes) in [(keys, bytes), (many, many_bytes)] {
         let layout = RibbonLayout::parse(&bytes).expect("ribbon bytes");
         let probes: Vec<u64> = keys[..200].iter().copied().chain(absent(2_000)).collect();
@@ -367,7 +389,7 @@ fn every_single_bit_flip_in_the_trailer_and_shard_table_is_detected() {
     check_every_trailer_flip(&keys, &bytes);
     // Three shards: offsets of later shards are covered as well.
     let keys = hashes(3 * SHARD_KEYS as u64 - 100, 23);
-    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
     assert_eq!(RibbonLayout::parse(&bytes).unwrap().num_shards(), 3);
     check_every_trailer_flip(&keys, &bytes);
 }
@@ -460,7 +482,7 @@ proptest! {
     ) {
         let mut all = keys.clone();
         all.extend(keys.iter().step_by(dup_every).copied());
-        let bytes = RibbonPolicy::new(bits).build(&all);
+        let bytes = build_0x05(&RibbonPolicy::new(bits), &all);
         let decoded = Filter::decode(bytes.clone());
         prop_assert!(decoded.unfiltered().is_none() || all.is_empty());
         for &h in &all {
@@ -473,7 +495,7 @@ proptest! {
 #[test]
 fn tables_recording_the_ribbon_name_decode_from_bytes() {
     let keys = hashes(5_000, 31);
-    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
     // Whatever policy the database uses now, a built-in name decodes the
     // bytes themselves.
     let current: std::sync::Arc<dyn FilterPolicy> = std::sync::Arc::new(BloomPolicy::new(10.0));
@@ -530,18 +552,18 @@ fn popcnt_and_portable_queries_agree() {
 /// larger shards.
 #[test]
 fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
-    let tight = BuildKnobs::default();
+    let tight = knobs_0x05();
     // 100 keys need a large overhead to reach the 1,024 slots of a Ribbon
     // filter; one key never does (it is a Bloom filter, checked below).
     let roomy = BuildKnobs {
         overhead: Some(10.0),
-        ..BuildKnobs::default()
+        ..knobs_0x05()
     };
     // One key per shard: every shard is 128 slots (two blocks), every start
     // slot 0.
     let one_block_shards = BuildKnobs {
         shard_keys: 1,
-        ..BuildKnobs::default()
+        ..knobs_0x05()
     };
     let policies = [
         RibbonPolicy::new(10.0),                               // 7 / 6 columns
@@ -571,7 +593,7 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
         }
     }
     let keys = hashes(1_000_000, 77);
-    let bytes = RibbonPolicy::new(16.0).build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::new(16.0), &keys);
     cases.push((keys, bytes, "1,000,000 keys, 11 / 10 columns".into()));
     let m = million();
     cases.push((m.keys.clone(), m.bytes.clone(), "1,000,000 keys".into()));
@@ -633,7 +655,7 @@ fn avx2_avx512_and_portable_queries_agree_on_many_filters() {
     assert!(aligned_starts > 0);
     // One key: too few slots for a Ribbon filter, built as a Bloom filter.
     let one = hashes(1, 5);
-    let bytes = RibbonPolicy::new(10.0).build(&one);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &one);
     assert_eq!(bytes.last(), Some(&FORMAT_BLOOM));
     assert_no_false_negatives(&bytes, &one);
 }
@@ -659,12 +681,12 @@ fn every_back_substitution_writes_the_same_bytes() {
         policies.push(RibbonPolicy::with_fp_rate(p).unwrap());
     }
     for policy in policies {
-        let (fast, _) = policy.build_with(&keys, BuildKnobs::default());
+        let (fast, _) = policy.build_with(&keys, knobs_0x05());
         assert_eq!(fast[fast.len() - 1], FORMAT_RIBBON);
         for path in [SolvePath::Scalar, SolvePath::Portable] {
             let knobs = BuildKnobs {
                 solve_path: path,
-                ..BuildKnobs::default()
+                ..knobs_0x05()
             };
             let (slow, _) = policy.build_with(&keys, knobs);
             assert!(
@@ -682,7 +704,7 @@ fn every_back_substitution_writes_the_same_bytes() {
 #[test]
 fn first_version_format_id_is_not_read() {
     let keys = hashes(20_000, 11);
-    let mut bytes = RibbonPolicy::new(10.0).build(&keys);
+    let mut bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
     let last = bytes.last_mut().expect("non-empty filter");
     assert_eq!(*last, FORMAT_RIBBON);
     *last = filter::FORMAT_RIBBON_V1;
@@ -766,12 +788,12 @@ fn format_0x03_filters_still_answer_exactly() {
     .enumerate()
     {
         for (n, knobs) in [
-            (20_000u64, BuildKnobs::default()),
+            (20_000u64, knobs_0x05()),
             (
                 1_000,
                 BuildKnobs {
                     shard_keys: 1,
-                    ..BuildKnobs::default()
+                    ..knobs_0x05()
                 },
             ),
         ] {

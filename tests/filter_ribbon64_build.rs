@@ -83,13 +83,25 @@ fn no_false_negatives_at_every_size() {
     }
 }
 
+/// The policy builds format 0x06 by default: `build` writes the bytes of
+/// the 0x06 knobs; format 0x05 is still built when asked for.
 #[test]
-fn default_knobs_still_build_format_0x05() {
+fn default_knobs_build_format_0x06() {
+    assert_eq!(BuildKnobs::default().format, RibbonFormat::Rows64);
     let keys = hashes(20_000, 3);
-    assert_eq!(
-        RibbonPolicy::new(10.0).build(&keys).last(),
-        Some(&FORMAT_RIBBON)
+    let policy = RibbonPolicy::new(10.0);
+    let bytes = policy.build(&keys);
+    assert_eq!(bytes.last(), Some(&FORMAT_RIBBON64));
+    assert!(bytes == build(&keys, rows64()).0);
+    let (old, outcome) = policy.build_with(
+        &keys,
+        BuildKnobs {
+            format: RibbonFormat::Rows128,
+            ..BuildKnobs::default()
+        },
     );
+    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+    assert_eq!(old.last(), Some(&FORMAT_RIBBON));
 }
 
 #[test]

@@ -4,10 +4,32 @@
 //! every query path (checked against a slot-by-slot reference written from
 //! the format description, not the library's own addressing); inconsistent
 //! ones must be rejected without panicking, looping or allocating much.
+//!
+//! Format 0x05 (and 0x03) only: [`RibbonPolicy`] builds format 0x06 by
+//! default (crafted 0x06 bytes are in `filter_ribbon64.rs`), so the tests
+//! here that build filters ask for format 0x05 explicitly ([`knobs_0x05`],
+//! [`build_0x05`]).
 
 use rand::{Rng, SeedableRng};
-use sievedb::filter::ribbon::{RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES};
+use sievedb::filter::ribbon::{
+    BuildKnobs, RibbonFormat, RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES,
+};
 use sievedb::filter::{self, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON, FORMAT_RIBBON_V3};
+
+/// The default build knobs, but building format 0x05 (the policy's default
+/// is format 0x06).
+fn knobs_0x05() -> BuildKnobs {
+    BuildKnobs {
+        format: RibbonFormat::Rows128,
+        ..BuildKnobs::default()
+    }
+}
+
+/// `policy`'s filter of `keys` in format 0x05 (a blocked Bloom filter where
+/// the policy falls back to one).
+fn build_0x05(policy: &RibbonPolicy, keys: &[u64]) -> Vec<u8> {
+    policy.build_with(keys, knobs_0x05()).0
+}
 
 const SEED_MULT: u64 = 0x9e37_79b9_7f4a_7c15;
 const REHASH_MULT: u64 = 0xbf58_476d_1ce4_e5b9;
@@ -326,8 +348,6 @@ fn crafted_many_tiny_shards() {
 /// shard's bytes depend only on its keys and seed).
 #[test]
 fn builds_with_few_seeds_tiny_shards_and_duplicates() {
-    use sievedb::filter::ribbon::{BuildKnobs, RibbonPolicy};
-    use sievedb::filter::FilterPolicy;
     let policy = RibbonPolicy::new(10.0);
     let keys: Vec<u64> = (0..3_000u64)
         .map(|i| filter::key_hash(&i.to_le_bytes()))
@@ -341,14 +361,14 @@ fn builds_with_few_seeds_tiny_shards_and_duplicates() {
                 key_set,
                 BuildKnobs {
                     shard_keys,
-                    ..BuildKnobs::default()
+                    ..knobs_0x05()
                 },
             );
             for max_seeds in [0u32, 1, 2] {
                 let knobs = BuildKnobs {
                     max_seeds,
                     shard_keys,
-                    ..BuildKnobs::default()
+                    ..knobs_0x05()
                 };
                 let (bytes, outcome) = policy.build_with(key_set, knobs);
                 let name = format!(
@@ -507,12 +527,12 @@ fn layout_statistics_of_other_bytes_never_panic() {
     let keys: Vec<u64> = (0..20_000u64)
         .map(|i| filter::key_hash(&i.to_le_bytes()))
         .collect();
-    let bytes = RibbonPolicy::new(10.0).build(&keys);
+    let bytes = build_0x05(&RibbonPolicy::new(10.0), &keys);
     let layout = RibbonLayout::parse(&bytes).expect("a Ribbon filter");
     let rate = layout.expected_fp_rate(&bytes);
     assert!(rate > 0.005 && rate < 0.02, "{rate}");
     let mut others: Vec<Vec<u8>> = vec![Vec::new(), bytes[..bytes.len() / 2].to_vec()];
-    others.push(RibbonPolicy::new(16.0).build(&keys[..5_000]));
+    others.push(build_0x05(&RibbonPolicy::new(16.0), &keys[..5_000]));
     // Every shard entry with 0, 1 and 2 blocks and a first upper block
     // past them.
     for blocks in [0u32, 1, 2] {

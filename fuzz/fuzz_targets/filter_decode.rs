@@ -4,13 +4,17 @@
 //! their table checksum repaired first (mode bit 1 for raw bytes, a flip
 //! list of length 1 mod 3 for damaged ones), so that crafted shard tables
 //! reach the layout checks and the unchecked query; every query path of a
-//! Ribbon layout must then give the portable path's answer.
+//! Ribbon layout must then give the portable path's answer (format 0x05) or
+//! the reference's (format 0x06).
+//!
+//! Built filters: the Ribbon policy builds format 0x06; with mode bit 7
+//! set, format 0x05 (still built when asked for, and read).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sievedb::filter::ribbon::RibbonLayout;
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table};
-use sievedb::filter::{key_hash, may_contain, Filter};
+use sievedb::filter::{key_hash, may_contain, Filter, RibbonPolicy};
 use sievedb_fuzz::{apply_flips, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy};
 
 /// Every path of a parsed Ribbon layout, on the bytes and on a prefix,
@@ -140,18 +144,29 @@ fuzz_target!(|data: &[u8]| {
     let (keys, flips) = rest.split_at(split);
     let hashes: Vec<u64> = chunks(keys).iter().map(|k| key_hash(k)).collect();
     let pol = policy(mode / 2);
-    let mut bytes = pol.build(&hashes);
+    let mut bytes = if mode & 0x80 != 0 && pol.name() == RibbonPolicy::NAME {
+        let knobs = BuildKnobs {
+            format: RibbonFormat::Rows128,
+            ..BuildKnobs::default()
+        };
+        RibbonPolicy::new(10.0).build_with(&hashes, knobs).0
+    } else {
+        pol.build(&hashes)
+    };
     if flips.len() < 3 {
         let filter = Filter::decode(bytes.clone());
         for &h in &hashes {
             assert!(filter.may_contain(h), "false negative");
             assert!(pol.may_contain(&bytes, h), "false negative via policy");
         }
+        check_ribbon_paths(&bytes, hashes.iter().copied());
+        check_ribbon64_paths(&bytes, hashes.iter().copied());
         return;
     }
     apply_flips(&mut bytes, flips);
     if flips.len() % 3 == 1 {
         fix_ribbon_crc(&mut bytes);
+        fix_ribbon64_crc(&mut bytes);
     }
     let filter = Filter::decode(bytes.clone());
     for &h in &hashes {
@@ -159,4 +174,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = pol.may_contain(&bytes, h);
     }
     check_ribbon_paths(&bytes, hashes.iter().copied());
+    check_ribbon64_paths(&bytes, hashes.iter().copied());
 });

@@ -56,11 +56,14 @@ pub const FORMAT_BLOOM: u8 = 0x04;
 /// same bit (about 1.2% more false positives at 10 bits/key). Still read
 /// and queried exactly; no longer built.
 pub const FORMAT_BLOOM_V1: u8 = 0x01;
-/// Format id (last byte) of a standard Ribbon filter (what
-/// [`RibbonPolicy`] builds): its solution is stored in blocks of 64 slots.
+/// Format id (last byte) of a standard Ribbon filter with 128-bit
+/// coefficient rows ([`ribbon`]): its solution is stored in blocks of 64
+/// slots. Still read and queried; built only when asked for
+/// ([`RibbonPolicy`] builds [`FORMAT_RIBBON64`]).
 pub const FORMAT_RIBBON: u8 = 0x05;
 /// Format id of a Ribbon filter with 64-bit coefficient rows, smashed starts
-/// and one column count per shard ([`ribbon64`]).
+/// and one column count per shard ([`ribbon64`]): what [`RibbonPolicy`]
+/// builds.
 pub const FORMAT_RIBBON64: u8 = 0x06;
 /// Format id of the previous Ribbon layout: same rows, sizes, shard table
 /// and trailer, but the solution stored in blocks of 128 slots (16-byte

@@ -2,6 +2,11 @@
 //! smaller than Bloom and Xor", 2021, arXiv 2103.02515), with 128-bit
 //! coefficient rows.
 //!
+//! This module holds [`RibbonPolicy`] and format 0x05 (described below).
+//! The policy builds format 0x06 ([`ribbon64`](super::ribbon64): 64-bit
+//! rows, the same false-positive rates); format 0x05 is still read, and built when asked for (`BuildKnobs::format`, for
+//! tests and benchmarks that compare the formats).
+//!
 //! # Idea
 //!
 //! Each key gets a *row*: a start slot `s`, a 128-bit coefficient vector `c`
@@ -234,8 +239,8 @@ pub const MAX_SEEDS: u32 = 256;
 /// filters instead (RocksDB's threshold): at that size the Ribbon's fixed
 /// costs are no longer paid back.
 pub const MIN_SLOTS: usize = 1024;
-/// Keys per shard the build aims at (shards hold `n / ceil(n / SHARD_KEYS)`
-/// keys on average).
+/// Keys per shard the format 0x05 build aims at (shards hold
+/// `n / ceil(n / SHARD_KEYS)` keys on average).
 pub const SHARD_KEYS: usize = 8192;
 
 const SEED_MULT: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -345,8 +350,8 @@ pub(super) fn has_popcnt() -> bool {
 /// against one exit per column, see docs/filters.md).
 const EARLY_EXIT_COLUMNS: usize = 4;
 
-/// Slot overhead (slots / keys - 1) a shard of `num_keys` keys is built
-/// with, chosen from measurement (`cargo run --release --example
+/// Slot overhead (slots / keys - 1) a format 0x05 shard of `num_keys` keys
+/// is built with, chosen from measurement (`cargo run --release --example
 /// ribbon_overhead`, see docs/filters.md) so that about 1 seed in 20
 /// fails. The slot count is then rounded to the nearest whole 128-slot block
 /// (nearest rather than up, so rounding adds nothing on average).
@@ -387,11 +392,11 @@ pub struct BuildKnobs {
     pub overhead: Option<f64>,
     /// Seeds a shard may try (at most [`MAX_SEEDS`]).
     pub max_seeds: u32,
-    /// Keys per shard to aim at.
+    /// Keys per shard to aim at in format 0x05 (default [`SHARD_KEYS`]).
     pub shard_keys: usize,
     /// The back substitution to use (every one must write the same bytes).
     pub solve_path: SolvePath,
-    /// The format to build (default: [`RibbonFormat::Rows128`], 0x05).
+    /// The format to build (default: [`RibbonFormat::Rows64`], 0x06).
     pub format: RibbonFormat,
     /// Keys per shard to aim at in format 0x06 (default
     /// [`SHARD_KEYS_64`](super::ribbon64::SHARD_KEYS_64); at most 60,000
@@ -406,11 +411,13 @@ pub struct BuildKnobs {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RibbonFormat {
-    /// Format 0x05: 128-bit rows, shards of about [`SHARD_KEYS`] keys.
-    #[default]
+    /// Format 0x05: 128-bit rows, shards of about [`SHARD_KEYS`] keys. Built
+    /// only when asked for (tests, and benchmarks that compare the formats).
     Rows128,
-    /// Format 0x06: 64-bit rows with smashed starts, small shards with one
-    /// column count each (see [`ribbon64`](super::ribbon64)).
+    /// Format 0x06, what [`RibbonPolicy`] builds: 64-bit rows with smashed
+    /// starts, small shards with one column count each (see
+    /// [`ribbon64`](super::ribbon64)).
+    #[default]
     Rows64,
 }
 
@@ -421,7 +428,7 @@ impl Default for BuildKnobs {
             max_seeds: MAX_SEEDS,
             shard_keys: SHARD_KEYS,
             solve_path: SolvePath::Fastest,
-            format: RibbonFormat::Rows128,
+            format: RibbonFormat::Rows64,
             shard_keys_64: super::ribbon64::SHARD_KEYS_64,
             lanes_64: super::ribbon64::LANES_64,
         }
@@ -440,7 +447,10 @@ pub struct BuildOutcome {
     pub fell_back_to_bloom: bool,
 }
 
-/// Policy for the standard Ribbon filter.
+/// Policy for the standard Ribbon filter: builds format 0x06
+/// ([`ribbon64`](super::ribbon64)), or a blocked Bloom filter where a
+/// Ribbon filter would be tiny or its build fails (see the module doc's
+/// fallback); reads every Ribbon format.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RibbonPolicy {
     fp_rate: f64,
