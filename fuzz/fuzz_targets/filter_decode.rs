@@ -4,14 +4,18 @@
 //! their table checksum repaired first (mode bit 1 for raw bytes, a flip
 //! list of length 1 mod 3 for damaged ones), so that crafted shard tables
 //! reach the layout checks and the unchecked query; every query path of a
-//! Ribbon layout must then give the portable path's answer.
+//! Ribbon layout must then give the portable path's answer. Odd modes with
+//! the high bit set build format 0x06 from the input (`build_ribbon64`:
+//! tiny shards, clustered hashes, duplicates, forced seed failures).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sievedb::filter::ribbon::RibbonLayout;
 use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table};
 use sievedb::filter::{key_hash, may_contain, Filter};
-use sievedb_fuzz::{apply_flips, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy};
+use sievedb_fuzz::{
+    apply_flips, build_ribbon64, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy,
+};
 
 /// Every path of a parsed Ribbon layout, on the bytes and on a prefix,
 /// agrees with the portable one.
@@ -134,6 +138,23 @@ fuzz_target!(|data: &[u8]| {
             filter.format_name(),
             filter.unfiltered(),
         );
+        return;
+    }
+    if mode & 0x80 != 0 {
+        // A format 0x06 build (see `build_ribbon64`): no false negative on
+        // any path, and 0x06 bytes parse and answer as the reference.
+        let (hashes, bytes) = build_ribbon64(rest);
+        let filter = Filter::decode(&bytes);
+        for &h in &hashes {
+            assert!(filter.may_contain(h), "false negative (0x06 build)");
+        }
+        if bytes.last() == Some(&sievedb::filter::FORMAT_RIBBON64) {
+            let table = Ribbon64Table::parse(&bytes).expect("built 0x06 bytes parse");
+            for &h in &hashes {
+                assert!(table.may_contain_reference(&bytes, h), "reference");
+            }
+            check_ribbon64_paths(&bytes, hashes.iter().copied().take(2_000));
+        }
         return;
     }
     let split = rest.len() * 3 / 4;
