@@ -153,7 +153,9 @@ fuzz_target!(|data: &[u8]| {
             for &h in &hashes {
                 assert!(table.may_contain_reference(&bytes, h), "reference");
             }
-            check_ribbon64_paths(&bytes, hashes.iter().copied().take(2_000));
+            // A few hundred: `filter::may_contain` parses the whole
+            // table per key (thousands of shards here).
+            check_ribbon64_paths(&bytes, hashes.iter().copied().take(256));
         }
         return;
     }
