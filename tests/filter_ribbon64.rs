@@ -327,6 +327,14 @@ fn damaged_and_inconsistent_bytes_are_undecodable() {
         (region(64, 33), vec![s(64, 0)], 1, 0, 33), // too many columns
         (region(64, 255), vec![s(64, 0)], 1, 0, 255), //
         (region(64, 1), vec![s(64, 0)], 1, 1, 1), // zero-column lower
+        // The same with regions sized for what the counts would give
+        // (zero-column lower shards, every shard lower): only the count
+        // checks reject them.
+        (0, vec![s(64, 0)], 1, 1, 1),
+        (0, vec![s(64, 0), s(64, 1)], 2, 2, 1),
+        (region(64, 6), vec![s(64, 0)], 1, 2, 7),
+        (region(128, 6), vec![s(64, 0), s(64, 0)], 2, 3, 7),
+        (region(64, 6), vec![s(64, 0)], 1, u32::MAX, 7),
         (region(64, 7), vec![s(64, 0)], 0, 0, 7), // no shards
         (region(64, 7), vec![s(64, 0)], 2, 0, 7), // table too short
         (region(64, 7), vec![s(64, 0)], u32::MAX, 0, 7), // huge shard count

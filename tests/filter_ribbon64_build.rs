@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS};
-use sievedb::filter::ribbon64::{Ribbon64Table, SHARD_KEYS_64};
+use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64};
 use sievedb::filter::{
     self, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON, FORMAT_RIBBON64,
 };
@@ -308,5 +308,126 @@ proptest! {
         for &h in &keys {
             prop_assert!(may_contain(&bytes, h));
         }
+    }
+}
+
+/// `fastrange64(h, n)`: the shard of key hash `h` among `n` shards.
+fn shard_of(h: u64, n: u64) -> u64 {
+    ((h as u128 * n as u128) >> 64) as u64
+}
+
+/// `count` distinct random key hashes whose shard among `num_shards` is
+/// accepted by `keep`.
+fn hashes_in_shards(
+    seed: u64,
+    count: usize,
+    num_shards: u64,
+    keep: impl Fn(u64) -> bool,
+) -> Vec<u64> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let h: u64 = rng.gen();
+        if keep(shard_of(h, num_shards)) && seen.insert(h) {
+            out.push(h);
+        }
+    }
+    out
+}
+
+/// Every query path of built format 0x06 bytes (decoded filter, layout,
+/// each named path) answers as the reference, and no built key is absent.
+fn assert_paths_agree(bytes: &[u8], keys: &[u64], absent: &[u64]) {
+    assert_no_false_negatives(bytes, keys);
+    if bytes.last() != Some(&FORMAT_RIBBON64) {
+        return;
+    }
+    let table = Ribbon64Table::parse(bytes).unwrap();
+    let layout = Ribbon64Layout::parse(bytes).unwrap();
+    let decoded = filter::Filter::decode(bytes);
+    let paths: Vec<Ribbon64Layout> = ["avx512", "avx512-general", "avx2", "popcnt", "portable"]
+        .iter()
+        .filter_map(|&p| layout.clone().on_path(p))
+        .collect();
+    for &h in keys.iter().chain(absent) {
+        let want = table.may_contain_reference(bytes, h);
+        assert_eq!(decoded.may_contain(h), want);
+        for l in &paths {
+            assert_eq!(l.may_contain(bytes, h), want);
+        }
+    }
+}
+
+/// Adversarial key sets for the shard partition: every key in one shard
+/// (far more keys than the 65,535 slots a shard may have: every seed
+/// fails, Bloom fallback), a shard filled up to the slot cap, and shards
+/// that get no key at all (64 zero slots, seed 0). No panic, no false
+/// negative, every query path as the reference.
+#[test]
+fn adversarial_shard_partitions() {
+    let absent: Vec<u64> = {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+        (0..20_000).map(|_| rng.gen()).collect()
+    };
+    // 100,000 distinct keys, all in shard 0 of 98: more rows than slots.
+    let n = 100_000usize;
+    let shards = n.div_ceil(SHARD_KEYS_64) as u64;
+    let keys = hashes_in_shards(1, n, shards, |s| s == 0);
+    let (bytes, outcome) = build(
+        &keys,
+        BuildKnobs {
+            max_seeds: 8,
+            ..rows64()
+        },
+    );
+    assert!(outcome.fell_back_to_bloom, "{outcome:?}");
+    assert_eq!(outcome.failed_seeds, 8, "{outcome:?}");
+    assert_paths_agree(&bytes, &keys, &absent);
+
+    // 64,000 distinct keys in shard 40 of 63: its slots clamp to 65,535
+    // (2.4% overhead, every seed fails at that shard size: Bloom), every
+    // other shard is empty.
+    let n = 64_000usize;
+    let shards = n.div_ceil(SHARD_KEYS_64) as u64;
+    let keys = hashes_in_shards(2, n, shards, |s| s == 40);
+    let (bytes, _) = build(&keys, rows64());
+    assert_paths_agree(&bytes, &keys, &absent);
+    // 40,000 distinct keys, each twice, in shard 50 of 79: clamped to
+    // 65,535 slots for 40,000 independent rows, which solve. The largest
+    // shard, back-substituted across its region's blocks.
+    let distinct = hashes_in_shards(4, 40_000, 79, |s| s == 50);
+    let mut keys = distinct.clone();
+    keys.extend_from_slice(&distinct);
+    assert_eq!(keys.len().div_ceil(SHARD_KEYS_64), 79);
+    let (bytes, outcome) = build(&keys, rows64());
+    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+    let table = Ribbon64Table::parse(&bytes).unwrap();
+    for (i, s) in table.shards.iter().enumerate() {
+        let want = if i == 50 { u16::MAX } else { 64 };
+        assert_eq!(s.num_slots, want, "shard {i}");
+    }
+    assert_paths_agree(&bytes, &keys, &absent);
+
+    // Keys in odd shards only: the even ones (lower and upper) are empty.
+    for bits in [10.0, 13.0] {
+        let n = 10 * SHARD_KEYS_64;
+        let keys = hashes_in_shards(3, n, 10, |s| s % 2 == 1);
+        let (bytes, outcome) = RibbonPolicy::new(bits).build_with(&keys, rows64());
+        assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+        let table = Ribbon64Table::parse(&bytes).unwrap();
+        assert_eq!(table.shards.len(), 10);
+        for (i, s) in table.shards.iter().enumerate().step_by(2) {
+            assert_eq!((s.num_slots, s.seed), (64, 0), "shard {i}");
+        }
+        assert_paths_agree(&bytes, &keys, &absent);
+        // An empty shard's slots are all zero: a key there passes only if
+        // its low result bits are zero.
+        let passed = absent
+            .iter()
+            .filter(|&&h| shard_of(h, 10).is_multiple_of(2))
+            .filter(|&&h| table.may_contain_reference(&bytes, h))
+            .count();
+        assert!(passed < absent.len() / 50, "{passed}");
     }
 }

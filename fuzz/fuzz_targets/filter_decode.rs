@@ -7,15 +7,20 @@
 //! Ribbon layout must then give the portable path's answer (format 0x05) or
 //! the reference's (format 0x06).
 //!
-//! Built filters: the Ribbon policy builds format 0x06; with mode bit 7
-//! set, format 0x05 (still built when asked for, and read).
+//! Built filters: the Ribbon policy builds format 0x06. Odd modes with bit 7
+//! set and bit 6 clear build format 0x06 from the input (`build_ribbon64`:
+//! tiny shards, clustered hashes, duplicates, forced seed failures); with
+//! both bits set, a Ribbon policy builds format 0x05 (still built when asked
+//! for, and read).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table};
 use sievedb::filter::{key_hash, may_contain, Filter, RibbonPolicy};
-use sievedb_fuzz::{apply_flips, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy};
+use sievedb_fuzz::{
+    apply_flips, build_ribbon64, chunks, craft_ribbon64, fix_ribbon64_crc, fix_ribbon_crc, policy,
+};
 
 /// Every path of a parsed Ribbon layout, on the bytes and on a prefix,
 /// agrees with the portable one.
@@ -140,11 +145,30 @@ fuzz_target!(|data: &[u8]| {
         );
         return;
     }
+    if mode & 0xc0 == 0x80 {
+        // A format 0x06 build (see `build_ribbon64`): no false negative on
+        // any path, and 0x06 bytes parse and answer as the reference.
+        let (hashes, bytes) = build_ribbon64(rest);
+        let filter = Filter::decode(&bytes);
+        for &h in &hashes {
+            assert!(filter.may_contain(h), "false negative (0x06 build)");
+        }
+        if bytes.last() == Some(&sievedb::filter::FORMAT_RIBBON64) {
+            let table = Ribbon64Table::parse(&bytes).expect("built 0x06 bytes parse");
+            for &h in &hashes {
+                assert!(table.may_contain_reference(&bytes, h), "reference");
+            }
+            // A few hundred: `filter::may_contain` parses the whole
+            // table per key (thousands of shards here).
+            check_ribbon64_paths(&bytes, hashes.iter().copied().take(256));
+        }
+        return;
+    }
     let split = rest.len() * 3 / 4;
     let (keys, flips) = rest.split_at(split);
     let hashes: Vec<u64> = chunks(keys).iter().map(|k| key_hash(k)).collect();
     let pol = policy(mode / 2);
-    let mut bytes = if mode & 0x80 != 0 && pol.name() == RibbonPolicy::NAME {
+    let mut bytes = if mode & 0xc0 == 0xc0 && pol.name() == RibbonPolicy::NAME {
         let knobs = BuildKnobs {
             format: RibbonFormat::Rows128,
             ..BuildKnobs::default()

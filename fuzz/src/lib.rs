@@ -316,3 +316,40 @@ pub fn craft_ribbon64(data: &[u8]) -> Vec<u8> {
     out.push(sievedb::filter::FORMAT_RIBBON64);
     out
 }
+
+/// Key hashes and a format 0x06 build of them, both from fuzz input: the
+/// first 5 bytes pick the build knobs (keys per shard 1 to 256, so that few
+/// keys make many shards; lanes 1 to 4 and the solver; a fixed overhead
+/// from -2% to 10% or the default; 1 to 16 seeds; the Ribbon policy's bits
+/// per key 1 to 32) and a right shift of every hash (0 to 63: large shifts
+/// put every key in the first shards and leave the others empty); every
+/// chunk of the rest is one key, expanded into 1 to 64 hashes by its
+/// first byte; the hashes keep their duplicates. Returns the hashes and the
+/// bytes (format 0x06 or the Bloom fallback).
+pub fn build_ribbon64(data: &[u8]) -> (Vec<u64>, Vec<u8>) {
+    use sievedb::filter::key_hash;
+    use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, SolvePath};
+    let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+    let shift = u32::from(byte(4) % 64);
+    let mut hashes = Vec::new();
+    for key in chunks(data.get(5..).unwrap_or(&[])) {
+        let copies = 1 + key.first().map_or(0, |&b| b % 64);
+        for copy in 0..copies {
+            let h = key_hash(&[key, &[copy]].concat());
+            hashes.push(h >> shift);
+        }
+    }
+    let knobs = BuildKnobs {
+        format: RibbonFormat::Rows64,
+        shard_keys_64: 1 + usize::from(byte(0)),
+        lanes_64: 1 + usize::from(byte(1) % 4),
+        solve_path: [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable]
+            [usize::from(byte(1) / 4 % 3)],
+        overhead: (byte(2) < 128).then(|| f64::from(byte(2)) / 1_000.0 - 0.02),
+        max_seeds: 1 + u32::from(byte(3) % 16),
+        ..BuildKnobs::default()
+    };
+    let bits = 1.0 + f64::from(byte(3) / 16) * 2.0;
+    let bytes = RibbonPolicy::new(bits).build_with(&hashes, knobs).0;
+    (hashes, bytes)
+}

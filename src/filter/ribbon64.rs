@@ -40,6 +40,7 @@
 //!   result columns and live in region 0; the others store upper_cols and
 //!   live in region 1 (lower_shards <= num_shards; lower_shards = 0 when
 //!   upper_cols = 1)
+//! num_shards: at least 1
 //! num_slots: 64..=65535 slots per shard
 //! region j: the slots of its shards, one after another in shard order
 //!   (shard i occupies region slots off_i .. off_i + num_slots_i, off_i the
@@ -47,7 +48,10 @@
 //!   blocks_j = (if slots_j == 0 { 0 } else { slots_j / 64 + 1 }) blocks of
 //!   64 slots; block b = cols_j words of 8 bytes (u64 LE), word c = column c
 //!   of slots 64b .. 64b+64 (bit i = slot 64b + i); bits past the region's
-//!   last slot are 0
+//!   last slot are 0 (a reader need not check them: no key's window
+//!   reaches them)
+//! off_i < 2^32 for every shard (a reader rejects larger tables; the
+//!   builder never writes a region of more than 2^32 - 1 slots)
 //! region 0 is blocks_0 * cols_0 * 8 bytes, region 1 follows it and is
 //!   blocks_1 * cols_1 * 8 bytes, and the shard table follows region 1
 //! crc32 (CRC-32/ISO-HDLC, crc32fast): over the shard table and the first
@@ -253,8 +257,9 @@ impl Ribbon64Table {
     /// Reads and validates the trailer and shard table of `bytes`: format id
     /// 0x06, checksum, `upper_columns` in `1..=32`, at least one shard,
     /// `lower_shards <= num_shards` (0 when `upper_columns` is 1), every
-    /// shard with `64..=65535` slots, and the regions' sizes adding up to
-    /// exactly the bytes before the shard table. `None` if the bytes are not
+    /// shard with `64..=65535` slots and its region offset below `2^32`,
+    /// and the regions' sizes adding up to exactly the bytes before the
+    /// shard table. `None` if the bytes are not
     /// a consistent format 0x06 filter. Never panics.
     pub fn parse(bytes: &[u8]) -> Option<Ribbon64Table> {
         let trailer_start = bytes.len().checked_sub(TRAILER_BYTES)?;

@@ -526,4 +526,69 @@ mod tests {
         assert_eq!(std::mem::size_of::<ShardQuery64>(), 32);
         assert_eq!(std::mem::align_of::<ShardQuery64>(), 32);
     }
+
+    /// A table of 65,537 shards of 65,535 slots (exactly `u32::MAX`
+    /// slots) and `last` more slots in one more shard, whose region offset
+    /// is then `u32::MAX`. Made by hand: its bytes (over 512 MiB per
+    /// column) are too large to craft.
+    fn table_at_the_slot_limit(last: Option<u16>) -> super::super::Ribbon64Table {
+        use super::super::{region_blocks, Ribbon64Table, Shard64};
+        let mut shards = vec![
+            Shard64 {
+                num_slots: u16::MAX,
+                seed: 7,
+            };
+            65_537
+        ];
+        shards.extend(last.map(|num_slots| Shard64 { num_slots, seed: 9 }));
+        let mut offsets = Vec::new();
+        let mut total = 0u64;
+        for s in &shards {
+            offsets.push(u32::try_from(total).unwrap());
+            total += s.num_slots as u64;
+        }
+        Ribbon64Table {
+            shards,
+            lower_shards: 0,
+            upper_columns: 8,
+            offsets,
+            region1_start: 0,
+            table_start: (region_blocks(total) * 8 * WORD_BYTES as u64) as usize,
+        }
+    }
+
+    /// The narrow path (32-bit region slots, unchecked reads) is taken up
+    /// to `NARROW_MAX_SLOTS` slots and never past it, whatever the path a
+    /// caller asks for; past it a key's region slot is exact in 64 bits,
+    /// and bytes too short for the solution answer "may contain" on every
+    /// path without a read.
+    #[test]
+    fn layouts_past_the_narrow_slot_limit_are_bounds_checked() {
+        let at_limit = Ribbon64Layout::from_table(&table_at_the_slot_limit(None)).unwrap();
+        assert_eq!(at_limit.num_slots, NARROW_MAX_SLOTS);
+        assert_eq!(at_limit.unchecked_len, at_limit.table_start);
+        let table = table_at_the_slot_limit(Some(1_000));
+        let past = Ribbon64Layout::from_table(&table).unwrap();
+        assert_eq!(past.num_slots, NARROW_MAX_SLOTS + 1_000);
+        assert_eq!(past.unchecked_len, usize::MAX);
+        assert_ne!(past.path, Path64::Avx512Narrow);
+        for name in ["avx512", "avx512-general", "avx2", "popcnt", "portable"] {
+            let Some(on) = past.clone().on_path(name) else {
+                continue;
+            };
+            assert_ne!(on.path, Path64::Avx512Narrow, "{name}");
+            assert_eq!(on.unchecked_len, usize::MAX, "{name}");
+            for h in [0, 1 << 63, u64::MAX - 1, u64::MAX] {
+                assert!(on.may_contain(&[0u8; 4096], h), "{name}");
+            }
+        }
+        // `u64::MAX` and its neighbours land in the last shard, at region
+        // slots from `u32::MAX` on.
+        for h in (0..64).map(|i| u64::MAX - i * 0x1_0000_0001) {
+            let key = past.locate(h).unwrap();
+            let r = super::super::row(h, seed_mask(9), 1_000);
+            assert_eq!(key.slot, u32::MAX as u64 + r.start as u64);
+            assert_eq!(key.columns, 8);
+        }
+    }
 }
