@@ -44,6 +44,7 @@ use crate::error::{Error, Result};
 pub mod bloom;
 pub mod ribbon;
 pub mod ribbon64;
+mod shards;
 
 pub use bloom::BloomPolicy;
 pub use ribbon::RibbonPolicy;

@@ -194,6 +194,7 @@
 //! equivalent bits per key, which the generic decoder reads as such.
 
 use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPolicy};
+use super::shards::ShardedKeys;
 use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON};
 use crate::error::{Error, Result};
 
@@ -421,6 +422,19 @@ pub enum RibbonFormat {
     Rows64,
 }
 
+impl BuildKnobs {
+    /// The slot overhead for a shard of `keys` keys: the `overhead` knob,
+    /// or else `default_for(keys)`, clamped to [-1, 10] (0 if not finite).
+    pub(crate) fn overhead_for(&self, keys: usize, default_for: fn(usize) -> f64) -> f64 {
+        let o = self.overhead.unwrap_or_else(|| default_for(keys));
+        if o.is_finite() {
+            o.clamp(-1.0, 10.0)
+        } else {
+            0.0
+        }
+    }
+}
+
 impl Default for BuildKnobs {
     fn default() -> Self {
         BuildKnobs {
@@ -558,14 +572,7 @@ impl RibbonPolicy {
             };
         }
         let n = key_hashes.len();
-        let overhead_of = |keys: usize| {
-            let o = knobs.overhead.unwrap_or_else(|| overhead_for_keys(keys));
-            if o.is_finite() {
-                o.clamp(-1.0, 10.0)
-            } else {
-                0.0
-            }
-        };
+        let overhead_of = |keys: usize| knobs.overhead_for(keys, overhead_for_keys);
         let total_slots = ((n as f64 * (1.0 + overhead_of(n))).ceil() as usize).div_ceil(W) * W;
         if n == 0 || total_slots < MIN_SLOTS {
             return fallback(BuildOutcome::default());
@@ -573,32 +580,14 @@ impl RibbonPolicy {
         let num_shards = n.div_ceil(knobs.shard_keys.max(1)).min(u32::MAX as usize);
         let (upper, share) = self.columns();
 
-        // Partition the hashes by shard (counting sort).
-        let mut ends = vec![0usize; num_shards];
-        let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
-        for &h in key_hashes {
-            ends[shard_of(h)] += 1;
-        }
-        let mut sum = 0;
-        for slot in ends.iter_mut() {
-            sum += *slot;
-            *slot = sum;
-        }
-        let mut partitioned = vec![0u64; n];
-        let mut fill = ends.clone();
-        for &h in key_hashes.iter().rev() {
-            let f = &mut fill[shard_of(h)];
-            *f -= 1;
-            partitioned[*f] = h;
-        }
+        // Partition the hashes by shard.
+        let sharded = ShardedKeys::new(key_hashes, num_shards);
 
         // Shard sizes first, so the output is allocated once.
         let mut shards = Vec::with_capacity(num_shards);
         let mut word_offset = 0u64;
-        let mut begin = 0;
-        for &end in &ends {
-            let keys = end - begin;
-            begin = end;
+        for i in 0..num_shards {
+            let keys = sharded.keys(i).len();
             let wanted = (keys as f64 * (1.0 + overhead_of(keys))).ceil();
             // Sized in whole rows' widths (128 slots), as the first layout
             // was, then stored as blocks of 64 slots.
@@ -644,12 +633,6 @@ impl RibbonPolicy {
         // seeds, so the schedule does not change them.
         let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
         let mut bands: [Band; LANES] = Default::default();
-        let mut key_ranges = Vec::with_capacity(num_shards);
-        let mut begin = 0;
-        for &end in &ends {
-            key_ranges.push(begin..end);
-            begin = end;
-        }
         // Seeds failed per shard.
         let mut failures = vec![0u32; num_shards];
         // The lowest shard that failed every seed (`num_shards`: none yet);
@@ -680,7 +663,7 @@ impl RibbonPolicy {
                     .find(|&b| jobs.iter().all(|job| job.band != b))
                     .expect("a free band");
                 let slots = shards[shard].num_blocks as usize * BLOCK_SLOTS;
-                bands[band].prepare(&partitioned[key_ranges[shard].clone()], slots, 0);
+                bands[band].prepare(sharded.keys(shard), slots, 0);
                 if bands[band].keys() == 0 {
                     solve(&bands[band], &mut shards[shard], 0, &mut out);
                     continue;
@@ -707,11 +690,7 @@ impl RibbonPolicy {
             if job.seed < max_seeds {
                 let band = &mut bands[job.band];
                 let slots = shards[job.shard].num_blocks as usize * BLOCK_SLOTS;
-                band.prepare(
-                    &partitioned[key_ranges[job.shard].clone()],
-                    slots,
-                    job.seed as u8,
-                );
+                band.prepare(sharded.keys(job.shard), slots, job.seed as u8);
                 job.at = LaneRow::new(band, 0);
             } else {
                 exhausted = exhausted.min(job.shard);

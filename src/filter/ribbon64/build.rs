@@ -6,10 +6,11 @@
 use super::backsub;
 use super::band::{run_jobs, Band, Job, LaneRow, MAX_LANES};
 use super::{
-    fastrange64, region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
+    region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
     MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
 };
 use crate::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
+use crate::filter::shards::ShardedKeys;
 
 /// Keys per shard format 0x06 aims at (shards hold
 /// `n / ceil(n / SHARD_KEYS_64)` keys on average).
@@ -106,14 +107,7 @@ pub(crate) fn build(
     let none = |outcome| (None, outcome);
     let n = key_hashes.len();
     let upper = upper_columns.clamp(1, MAX_COLUMNS);
-    let overhead_of = |keys: usize| {
-        let o = knobs.overhead.unwrap_or_else(|| overhead64_for_keys(keys));
-        if o.is_finite() {
-            o.clamp(-1.0, 10.0)
-        } else {
-            0.0
-        }
-    };
+    let overhead_of = |keys: usize| knobs.overhead_for(keys, overhead64_for_keys);
     if n == 0 || (n as f64 * (1.0 + overhead_of(n))) < MIN_SLOTS as f64 {
         return none(BuildOutcome::default());
     }
@@ -132,33 +126,15 @@ pub(crate) fn build(
     };
     let columns_of = |i: usize| (upper - u32::from(i < lower_shards)) as usize;
 
-    // Partition the hashes by shard (counting sort), as queries find them.
-    let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
-    let mut ends = vec![0usize; num_shards];
-    for &h in key_hashes {
-        ends[shard_of(h)] += 1;
-    }
-    let mut sum = 0;
-    for end in ends.iter_mut() {
-        sum += *end;
-        *end = sum;
-    }
-    let mut partitioned = vec![0u64; n];
-    let mut fill = ends.clone();
-    for &h in key_hashes.iter().rev() {
-        let f = &mut fill[shard_of(h)];
-        *f -= 1;
-        partitioned[*f] = h;
-    }
-    drop(fill);
-    let key_range = |i: usize| (if i == 0 { 0 } else { ends[i - 1] })..ends[i];
+    // Partition the hashes by shard, as queries find them.
+    let sharded = ShardedKeys::new(key_hashes, num_shards);
 
     // Shard sizes and region offsets first, so the output is allocated once.
     let mut shards = Vec::with_capacity(num_shards);
     let mut offsets = Vec::with_capacity(num_shards);
     let mut region_slots = [0u64; 2];
     for i in 0..num_shards {
-        let keys = key_range(i).len();
+        let keys = sharded.keys(i).len();
         let wanted = (keys as f64 * (1.0 + overhead_of(keys))).ceil();
         let slots = if wanted.is_finite() {
             wanted as usize
@@ -229,7 +205,7 @@ pub(crate) fn build(
                 exhausted = shard;
                 break;
             }
-            let keys = &partitioned[key_range(shard)];
+            let keys = sharded.keys(shard);
             if keys.is_empty() {
                 // Nothing to solve: its slots stay 0, seed 0.
                 continue;
@@ -261,7 +237,7 @@ pub(crate) fn build(
         if job.seed < max_seeds {
             let band = &mut bands[job.band];
             band.prepare(
-                &partitioned[key_range(job.shard)],
+                sharded.keys(job.shard),
                 shards[job.shard].num_slots as usize,
                 seed_mask(job.seed as u8),
             );
