@@ -8,46 +8,21 @@
 //! and read. Every filter here is built as format 0x05 explicitly, through
 //! [`build_0x05`] and [`knobs_0x05`].
 
+mod common;
+
+use common::filters::{absent, build_0x05, hashes, knobs_0x05, prop_no_false_negatives};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{
-    BuildKnobs, RibbonFormat, RibbonLayout, RibbonShard, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES,
-    SHARD_KEYS, TRAILER_BYTES,
+    BuildKnobs, RibbonLayout, RibbonShard, SolvePath, MAX_SEEDS, SHARD_ENTRY_BYTES, SHARD_KEYS,
+    TRAILER_BYTES,
 };
 use sievedb::filter::{
     self, bloom, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON,
     FORMAT_RIBBON_V3,
 };
-
-/// Hashes of `n` distinct keys, `offset` separating independent key sets.
-fn hashes(n: u64, offset: u64) -> Vec<u64> {
-    (offset..offset + n)
-        .map(|i| filter::key_hash(&i.to_le_bytes()))
-        .collect()
-}
-
-/// The default build knobs, but building format 0x05 (the policy's default
-/// is format 0x06).
-fn knobs_0x05() -> BuildKnobs {
-    BuildKnobs {
-        format: RibbonFormat::Rows128,
-        ..BuildKnobs::default()
-    }
-}
-
-/// `policy`'s filter of `keys` in format 0x05: what `policy.build(keys)`
-/// wrote before format 0x06 became the default (a blocked Bloom filter
-/// where the policy falls back to one).
-fn build_0x05(policy: &RibbonPolicy, keys: &[u64]) -> Vec<u8> {
-    policy.build_with(keys, knobs_0x05()).0
-}
-
-/// Keys from a disjoint range, never inserted anywhere.
-fn absent(n: u64) -> Vec<u64> {
-    hashes(n, 1 << 50)
-}
 
 fn assert_no_false_negatives(bytes: &[u8], keys: &[u64]) {
     let decoded = Filter::decode(bytes);
@@ -485,10 +460,7 @@ proptest! {
         let bytes = build_0x05(&RibbonPolicy::new(bits), &all);
         let decoded = Filter::decode(bytes.clone());
         prop_assert!(decoded.unfiltered().is_none() || all.is_empty());
-        for &h in &all {
-            prop_assert!(decoded.may_contain(h));
-            prop_assert!(filter::may_contain(&bytes, h));
-        }
+        prop_no_false_negatives(&decoded, &bytes, &all)?;
     }
 }
 

@@ -5,6 +5,10 @@
 //! every query path; damaged or inconsistent ones must be rejected without
 //! panicking, and decode as undecodable.
 
+mod common;
+
+#[cfg(unix)]
+use common::filters::Guarded;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon64::{
     region_blocks, Ribbon64Layout, Ribbon64Table, Shard64, SHARD_ENTRY_BYTES, TRAILER_BYTES,
@@ -457,64 +461,6 @@ fn layout_statistics() {
         .count();
     let measured = passed as f64 / n as f64;
     assert!((measured - rate).abs() < 0.003, "{measured} vs {rate}");
-}
-
-/// `bytes` copied so that they end exactly where an inaccessible page
-/// begins: a read past their end faults (the test process dies) instead of
-/// reading whatever follows, so out-of-bounds reads that do not change the
-/// answer (a masked-off or shifted-out word) are caught without a
-/// sanitizer.
-#[cfg(unix)]
-struct Guarded {
-    map: *mut libc::c_void,
-    map_len: usize,
-    start: usize,
-    len: usize,
-}
-
-#[cfg(unix)]
-impl Guarded {
-    fn new(bytes: &[u8]) -> Guarded {
-        // SAFETY: plain libc calls; the mapping is private to this value,
-        // the copy stays inside its accessible pages, and `drop` unmaps it.
-        unsafe {
-            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
-            let data_pages = bytes.len().div_ceil(page).max(1);
-            let map_len = (data_pages + 1) * page;
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            let guard = map.cast::<u8>().add(data_pages * page);
-            assert_eq!(libc::mprotect(guard.cast(), page, libc::PROT_NONE), 0);
-            let start = data_pages * page - bytes.len();
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>().add(start), bytes.len());
-            Guarded {
-                map,
-                map_len,
-                start,
-                len: bytes.len(),
-            }
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes at `start` of the live mapping.
-        unsafe { std::slice::from_raw_parts(self.map.cast::<u8>().add(self.start), self.len) }
-    }
-}
-
-#[cfg(unix)]
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, no longer borrowed.
-        unsafe { libc::munmap(self.map, self.map_len) };
-    }
 }
 
 /// The solution alone (no table, no trailer) followed by an inaccessible

@@ -3,6 +3,9 @@
 //! false-positive rate against the rate the shards' columns give,
 //! duplicates and deterministic bytes.
 
+mod common;
+
+use common::filters::hashes;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS};
@@ -10,13 +13,6 @@ use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64};
 use sievedb::filter::{
     self, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON, FORMAT_RIBBON64,
 };
-
-/// Hashes of `n` distinct keys, `offset` separating independent key sets.
-fn hashes(n: u64, offset: u64) -> Vec<u64> {
-    (offset..offset + n)
-        .map(|i| filter::key_hash(&i.to_le_bytes()))
-        .collect()
-}
 
 fn rows64() -> BuildKnobs {
     BuildKnobs {

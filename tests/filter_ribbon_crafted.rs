@@ -10,26 +10,14 @@
 //! here that build filters ask for format 0x05 explicitly ([`knobs_0x05`],
 //! [`build_0x05`]).
 
+mod common;
+
+#[cfg(unix)]
+use common::filters::Guarded;
+use common::filters::{build_0x05, knobs_0x05};
 use rand::{Rng, SeedableRng};
-use sievedb::filter::ribbon::{
-    BuildKnobs, RibbonFormat, RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES,
-};
+use sievedb::filter::ribbon::{BuildKnobs, RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES};
 use sievedb::filter::{self, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON, FORMAT_RIBBON_V3};
-
-/// The default build knobs, but building format 0x05 (the policy's default
-/// is format 0x06).
-fn knobs_0x05() -> BuildKnobs {
-    BuildKnobs {
-        format: RibbonFormat::Rows128,
-        ..BuildKnobs::default()
-    }
-}
-
-/// `policy`'s filter of `keys` in format 0x05 (a blocked Bloom filter where
-/// the policy falls back to one).
-fn build_0x05(policy: &RibbonPolicy, keys: &[u64]) -> Vec<u8> {
-    policy.build_with(keys, knobs_0x05()).0
-}
 
 const SEED_MULT: u64 = 0x9e37_79b9_7f4a_7c15;
 const REHASH_MULT: u64 = 0xbf58_476d_1ce4_e5b9;
@@ -401,63 +389,6 @@ fn builds_with_few_seeds_tiny_shards_and_duplicates() {
                 }
             }
         }
-    }
-}
-
-/// `bytes` copied so that they end exactly where an inaccessible page
-/// begins: a read past their end faults (the test process dies) instead of
-/// reading whatever follows, so out-of-bounds reads that do not change the
-/// answer (a masked-off window) are caught without a sanitizer.
-#[cfg(unix)]
-struct Guarded {
-    map: *mut libc::c_void,
-    map_len: usize,
-    start: usize,
-    len: usize,
-}
-
-#[cfg(unix)]
-impl Guarded {
-    fn new(bytes: &[u8]) -> Guarded {
-        // SAFETY: plain libc calls; the mapping is private to this value,
-        // the copy stays inside its accessible pages, and `drop` unmaps it.
-        unsafe {
-            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
-            let data_pages = bytes.len().div_ceil(page).max(1);
-            let map_len = (data_pages + 1) * page;
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED);
-            let guard = map.cast::<u8>().add(data_pages * page);
-            assert_eq!(libc::mprotect(guard.cast(), page, libc::PROT_NONE), 0);
-            let start = data_pages * page - bytes.len();
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.cast::<u8>().add(start), bytes.len());
-            Guarded {
-                map,
-                map_len,
-                start,
-                len: bytes.len(),
-            }
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes at `start` of the live mapping.
-        unsafe { std::slice::from_raw_parts(self.map.cast::<u8>().add(self.start), self.len) }
-    }
-}
-
-#[cfg(unix)]
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, no longer borrowed.
-        unsafe { libc::munmap(self.map, self.map_len) };
     }
 }
 

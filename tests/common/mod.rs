@@ -30,6 +30,8 @@ pub fn small_options() -> Options {
     }
 }
 
+pub mod filters;
+
 #[path = "../support/streams.rs"]
 mod streams;
 
