@@ -100,27 +100,14 @@ impl Band {
     }
 
     /// Bands `row`; false if the system has no solution.
-    fn add(&mut self, mut row: Row) -> bool {
-        loop {
-            let existing = self.coeffs[row.start];
-            if existing == 0 {
-                self.coeffs[row.start] = row.coeff;
-                self.results[row.start] = row.result;
-                return true;
-            }
-            row.coeff ^= existing;
-            row.result ^= self.results[row.start];
-            if row.coeff == 0 {
-                return row.result == 0;
-            }
-            let tz = row.coeff.trailing_zeros();
-            row.start += tz as usize;
-            row.coeff >>= tz;
-        }
+    fn add(&mut self, row: Row) -> bool {
+        // The step count is a dead local once inlined.
+        self.add_counting(row, &mut 0)
     }
 
     /// Bands `row` like [`add`](Self::add), counting elimination steps (a
     /// visit of a slot) into `steps`.
+    #[inline(always)]
     fn add_counting(&mut self, mut row: Row, steps: &mut u64) -> bool {
         loop {
             *steps += 1;
