@@ -369,6 +369,14 @@ impl Ribbon64Table {
 mod tests {
     use super::*;
 
+    /// Hashes of `n` distinct keys, `tag` separating independent key sets
+    /// (for the tests of this module and its submodules).
+    pub(super) fn hashes(n: u64, tag: u64) -> Vec<u64> {
+        (0..n)
+            .map(|i| crate::filter::key_hash(&[tag.to_le_bytes(), i.to_le_bytes()].concat()))
+            .collect()
+    }
+
     #[test]
     fn smashed_starts_cover_the_band_and_pile_at_its_edges() {
         let slots = 1000u64;

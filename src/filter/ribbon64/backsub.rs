@@ -199,14 +199,9 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::super::band::Band;
+    use super::super::tests::hashes;
     use super::super::{region_blocks, row, seed_mask};
     use super::*;
-
-    fn hashes(n: u64, tag: u64) -> Vec<u64> {
-        (0..n)
-            .map(|i| crate::filter::key_hash(&[tag.to_le_bytes(), i.to_le_bytes()].concat()))
-            .collect()
-    }
 
     /// Shards of these sizes (keys, slots), one after another in one region
     /// starting at slot `first`, each banded with its first solvable seed.

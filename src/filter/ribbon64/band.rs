@@ -430,14 +430,9 @@ pub(crate) fn run_jobs(bands: &mut [Band; MAX_LANES], jobs: &mut [Job]) -> (usiz
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::hashes;
     use super::super::{row, seed_mask};
     use super::*;
-
-    fn hashes(n: u64, tag: u64) -> Vec<u64> {
-        (0..n)
-            .map(|i| crate::filter::key_hash(&[tag.to_le_bytes(), i.to_le_bytes()].concat()))
-            .collect()
-    }
 
     #[test]
     fn prepared_rows_are_the_spec_rows_in_start_order() {
