@@ -673,6 +673,31 @@ pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
     }
 }
 
+/// Whether this CPU has what the Ribbon AVX-512 queries and back
+/// substitutions use (formats 0x05 and 0x06): AVX-512 F and VL (masked
+/// loads, ternary logic), VBMI2 (the funnel shift that moves a key's window
+/// into place), VPOPCNTDQ (the parities) and BMI2 (`mulx`, `rorx` and
+/// `bzhi` in the row hashing).
+pub(crate) fn cpu_has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        // avx2 and fma too: rustc treats avx512f as implying them, and older
+        // std versions did not check them as part of `avx512f`.
+        has!("avx512f")
+            && has!("avx2")
+            && has!("fma")
+            && has!("avx512vl")
+            && has!("avx512vbmi2")
+            && has!("avx512vpopcntdq")
+            && has!("bmi2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Maps a 32-bit hash onto `0..n` without a division (Lemire's fastrange).
 #[inline]
 pub(crate) fn fastrange32(hash: u32, n: u32) -> u32 {

@@ -3,6 +3,8 @@ use super::{
     V3_WORD_BYTES, W, WORD_BYTES,
 };
 use crate::filter::{FORMAT_RIBBON, FORMAT_RIBBON_V3};
+// The AVX-512 check both Ribbon formats' paths share.
+pub(super) use crate::filter::cpu_has_avx512;
 use std::sync::{Arc, OnceLock};
 
 /// One shard's entry in the shard table.
@@ -469,30 +471,6 @@ pub(super) fn cpu_has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("bmi2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether this CPU has what the AVX-512 query uses: AVX-512 F and VL (masked
-/// loads, ternary logic), VBMI2 (the funnel shift that moves the key's
-/// window into place), VPOPCNTDQ (the parities) and BMI2 (the row hashing's
-/// `mulx` and `rorx`).
-pub(super) fn cpu_has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        // avx2 and fma too: rustc treats avx512f as implying them, and older
-        // std versions did not check them as part of `avx512f`.
-        has!("avx512f")
-            && has!("avx2")
-            && has!("fma")
-            && has!("avx512vl")
-            && has!("avx512vbmi2")
-            && has!("avx512vpopcntdq")
-            && has!("bmi2")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -3,6 +3,8 @@
 //! takes.
 
 use super::{seed_mask, Ribbon64Table, BLOCK_SLOTS, SMASH, W, WORD_BYTES};
+// The AVX-512 check both Ribbon formats' paths share.
+pub(super) use crate::filter::cpu_has_avx512;
 use std::sync::{Arc, OnceLock};
 
 /// What a query needs of one shard, decoded once by
@@ -428,30 +430,6 @@ impl Ribbon64Layout {
             query: path.query_fn(),
             ..self
         })
-    }
-}
-
-/// Whether this CPU has what the AVX-512 query uses: AVX-512 F and VL
-/// (masked loads), VBMI2 (the funnel shift that moves a key's window into
-/// place), VPOPCNTDQ (the parities) and BMI2 (`mulx` and `bzhi` in the row
-/// hashing).
-pub(super) fn cpu_has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        // avx2 and fma too: rustc treats avx512f as implying them, and older
-        // std versions did not check them as part of `avx512f`.
-        has!("avx512f")
-            && has!("avx2")
-            && has!("fma")
-            && has!("avx512vl")
-            && has!("avx512vbmi2")
-            && has!("avx512vpopcntdq")
-            && has!("bmi2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
     }
 }
 
