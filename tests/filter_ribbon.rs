@@ -10,7 +10,9 @@
 
 mod common;
 
-use common::filters::{absent, build_0x05, hashes, knobs_0x05, prop_no_false_negatives};
+use common::filters::{
+    absent, assert_fp_rate_near, build_0x05, hashes, knobs_0x05, prop_no_false_negatives,
+};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -181,12 +183,7 @@ fn check_fp_rate(bytes: &[u8], probes: u64) -> (f64, f64) {
         .into_iter()
         .filter(|&h| layout.may_contain(bytes, h))
         .count();
-    let measured = hits as f64 / probes as f64;
-    let sigma = (expected * (1.0 - expected) / probes as f64).sqrt();
-    assert!(
-        (measured - expected).abs() < 5.0 * sigma,
-        "measured {measured}, expected {expected} (sigma {sigma})"
-    );
+    let measured = assert_fp_rate_near(hits, probes, expected);
     (measured, expected)
 }
 

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::filters::probes;
 #[cfg(unix)]
 use common::filters::Guarded;
 use rand::{Rng, SeedableRng};
@@ -217,10 +218,6 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
             }
         }
     }
-}
-
-fn probes(rng: &mut impl Rng, n: usize) -> Vec<u64> {
-    (0..n).map(|_| rng.gen()).collect()
 }
 
 /// Every column count, shard counts from 1 to 2,000, random shard sizes

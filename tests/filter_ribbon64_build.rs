@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::filters::hashes;
+use common::filters::{assert_fp_rate_near, hashes};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS};
@@ -136,13 +136,7 @@ fn measured_false_positive_rate_matches_the_columns() {
         .iter()
         .filter(|&&h| table.may_contain_reference(&bytes, h))
         .count();
-    let measured = hits as f64 / probes as f64;
-    // Five standard deviations of the binomial count.
-    let sigma = (expected * (1.0 - expected) / probes as f64).sqrt();
-    assert!(
-        (measured - expected).abs() < 5.0 * sigma,
-        "measured {measured}, expected {expected} (sigma {sigma})"
-    );
+    assert_fp_rate_near(hits, probes, expected);
 }
 
 #[test]

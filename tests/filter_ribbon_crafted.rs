@@ -14,7 +14,7 @@ mod common;
 
 #[cfg(unix)]
 use common::filters::Guarded;
-use common::filters::{build_0x05, knobs_0x05};
+use common::filters::{build_0x05, knobs_0x05, probes};
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, RibbonLayout, SHARD_ENTRY_BYTES, TRAILER_BYTES};
 use sievedb::filter::{self, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON, FORMAT_RIBBON_V3};
@@ -187,10 +187,6 @@ fn check_all_paths(bytes: &[u8], entries: &[Entry], upper: u32, id: u8, probes: 
             }
         }
     }
-}
-
-fn probes(rng: &mut impl Rng, n: usize) -> Vec<u64> {
-    (0..n).map(|_| rng.gen()).collect()
 }
 
 /// Crafted consistent layouts of every column count, small shards (2 to 9

@@ -2,6 +2,7 @@
 //! and guarded bytes.
 
 use proptest::prelude::*;
+use rand::Rng;
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
 use sievedb::filter::{self, Filter, RibbonPolicy};
 
@@ -32,6 +33,24 @@ pub fn knobs_0x05() -> BuildKnobs {
 /// where the policy falls back to one).
 pub fn build_0x05(policy: &RibbonPolicy, keys: &[u64]) -> Vec<u8> {
     policy.build_with(keys, knobs_0x05()).0
+}
+
+/// `n` random probe hashes.
+pub fn probes(rng: &mut impl Rng, n: usize) -> Vec<u64> {
+    (0..n).map(|_| rng.gen()).collect()
+}
+
+/// The false-positive rate measured as `hits` of `probes` absent keys,
+/// asserted within five standard deviations of the binomial count of the
+/// `expected` rate.
+pub fn assert_fp_rate_near(hits: usize, probes: u64, expected: f64) -> f64 {
+    let measured = hits as f64 / probes as f64;
+    let sigma = (expected * (1.0 - expected) / probes as f64).sqrt();
+    assert!(
+        (measured - expected).abs() < 5.0 * sigma,
+        "measured {measured}, expected {expected} (sigma {sigma})"
+    );
+    measured
 }
 
 /// In a property test: no false negative for `keys` through `decoded` (the
