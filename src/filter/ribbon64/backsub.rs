@@ -58,7 +58,7 @@ fn emit(region: &mut [u8], g: usize, states: &[u64]) {
 /// Panics if `region` is too short for the shard's blocks (a caller bug).
 pub(crate) fn solve(
     coeffs: &[u64],
-    results: &[u32],
+    results: &[u64],
     offset: usize,
     columns: usize,
     region: &mut [u8],
@@ -89,7 +89,7 @@ fn has_avx512() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-fn solve_popcnt(coeffs: &[u64], results: &[u32], offset: usize, columns: usize, region: &mut [u8]) {
+fn solve_popcnt(coeffs: &[u64], results: &[u64], offset: usize, columns: usize, region: &mut [u8]) {
     solve_scalar(coeffs, results, offset, columns, region, parity_popcnt)
 }
 
@@ -97,7 +97,7 @@ fn solve_popcnt(coeffs: &[u64], results: &[u32], offset: usize, columns: usize, 
 #[inline(always)]
 fn solve_scalar(
     coeffs: &[u64],
-    results: &[u32],
+    results: &[u64],
     offset: usize,
     columns: usize,
     region: &mut [u8],
@@ -108,7 +108,7 @@ fn solve_scalar(
     for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
         for (c, state) in states.iter_mut().enumerate() {
             let shifted = *state << 1;
-            *state = shifted | ((parity(coeff & shifted) ^ (result >> c)) & 1) as u64;
+            *state = shifted | ((parity(coeff & shifted) ^ (result >> c) as u32) & 1) as u64;
         }
         let g = offset + j;
         if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
@@ -126,7 +126,7 @@ fn solve_scalar(
 #[target_feature(enable = "avx512f,avx512vpopcntdq")]
 unsafe fn solve_avx512(
     coeffs: &[u64],
-    results: &[u32],
+    results: &[u64],
     offset: usize,
     columns: usize,
     region: &mut [u8],
@@ -159,7 +159,7 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512vpopcntdq")]
     pub(super) fn solve<const G: usize>(
         coeffs: &[u64],
-        results: &[u32],
+        results: &[u64],
         offset: usize,
         columns: usize,
         region: &mut [u8],
@@ -259,8 +259,8 @@ mod tests {
                     let mut region = vec![0u8; len];
                     for (_, band, offset, _) in &shards {
                         solve(
-                            &band.coeffs,
-                            &band.results,
+                            band.coeffs(),
+                            band.results(),
                             *offset,
                             columns,
                             &mut region,
@@ -280,7 +280,7 @@ mod tests {
                 let region = &outputs[0];
                 // Every key's equations hold, read the way a query reads.
                 for (keys, band, offset, seed) in &shards {
-                    let slots = band.coeffs.len() as u64;
+                    let slots = band.coeffs().len() as u64;
                     for &h in keys {
                         let r = row(h, seed_mask(*seed), slots);
                         for c in 0..columns {

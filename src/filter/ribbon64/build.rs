@@ -25,13 +25,13 @@ use crate::filter::shards::ShardedKeys;
 /// half as often and keeps more room under 6.96 bits/key.
 pub const SHARD_KEYS_64: usize = 1024;
 
-/// Shards a format 0x06 build bands at once by default. Four lanes against
-/// three at 1,000,000 keys (`cargo run --release --example ribbon_build --
-/// 1000000 9 1024 3`, then `... 1024 4`, alternating): 21.5-22.0 against
-/// 22.3-22.5 ns/key in three pairs of runs (1.10-1.15x in an earlier pair,
-/// before the faster back substitution), unlike format 0x05, whose
-/// two-word rows left no registers for a fourth lane.
-pub const LANES_64: usize = 4;
+/// Shards a format 0x06 build bands at once by default. With the
+/// branch-free step (`band.rs`), three lanes against two and four at
+/// 1,000,000 keys (`cargo run --release --example ribbon_build -- 1000000
+/// 9 1024 <lanes>`, three rounds of 2, 3, 4): 19.4-20.5 ns/key against
+/// 21.7-22.4 and 22.5-23.0. The step keeps four registers per lane; a
+/// fourth lane's state no longer fits in registers.
+pub const LANES_64: usize = 3;
 
 /// The most keys a shard is given whatever the shard size knob says, so
 /// that its slots fit the 16-bit size with room for overhead.
@@ -173,7 +173,14 @@ pub(crate) fn build(
     // the schedule does not change them.
     let lanes = knobs.lanes_64.clamp(1, MAX_LANES);
     let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
-    let mut bands: [Band; MAX_LANES] = Default::default();
+    // One stride for every band, so any of them can be banded together.
+    let stride = shards
+        .iter()
+        .map(|s| s.num_slots as usize)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut bands: [Band; MAX_LANES] = std::array::from_fn(|_| Band::with_stride(stride));
     let mut failures = vec![0u32; num_shards];
     // The lowest shard that failed every seed (`num_shards`: none yet);
     // shards after it are not worth banding.
@@ -189,8 +196,8 @@ pub(crate) fn build(
             &mut *regions1
         };
         backsub::solve(
-            &band.coeffs,
-            &band.results,
+            band.coeffs(),
+            band.results(),
             offsets[i],
             columns_of(i),
             region,
