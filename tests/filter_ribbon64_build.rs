@@ -421,3 +421,39 @@ fn adversarial_shard_partitions() {
         assert!(passed < absent.len() / 50, "{passed}");
     }
 }
+
+/// A build reuses the bands its thread's previous build left (different
+/// key counts, shard sizes and strides in turn, including bands too large
+/// to keep): its bytes must be those of a build on a fresh thread.
+#[test]
+fn builds_on_one_thread_give_the_bytes_of_fresh_threads() {
+    let cases: Vec<(u64, usize)> = vec![
+        (10_000, SHARD_KEYS_64),
+        (300, SHARD_KEYS_64),
+        (60_000, 40_000),
+        (10_000, SHARD_KEYS_64),
+        (5_000, 700),
+        (20_000, 3_000),
+        (300, SHARD_KEYS_64),
+    ];
+    let knobs = |shard_keys_64| BuildKnobs {
+        shard_keys_64,
+        ..rows64()
+    };
+    let in_turn: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|&(n, shard_keys)| build(&hashes(n, n), knobs(shard_keys)).0)
+        .collect();
+    for (i, &(n, shard_keys)) in cases.iter().enumerate() {
+        let fresh = std::thread::spawn(move || build(&hashes(n, n), knobs(shard_keys)).0)
+            .join()
+            .expect("build thread");
+        assert!(
+            fresh == in_turn[i],
+            "case {i}: {n} keys, shards of {shard_keys}"
+        );
+        if n >= 1_000 {
+            assert_eq!(fresh.last(), Some(&FORMAT_RIBBON64), "case {i}");
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! table and trailer of the module doc.
 
 use super::backsub;
-use super::band::{run_jobs, Band, Job, LaneRow, MAX_LANES};
+use super::band::{run_jobs, Band, Bands, Job, LaneRow, MAX_LANES};
 use super::{
     region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
     MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
@@ -180,7 +180,7 @@ pub(crate) fn build(
         .max()
         .unwrap_or(0)
         + 1;
-    let mut bands: [Band; MAX_LANES] = std::array::from_fn(|_| Band::with_stride(stride));
+    let mut bands = Bands::take(stride);
     let mut failures = vec![0u32; num_shards];
     // The lowest shard that failed every seed (`num_shards`: none yet);
     // shards after it are not worth banding.
