@@ -11,9 +11,11 @@
 //! row's 64-slot window, and `start <= S - 64` keeps that window in the
 //! band, so every step is one XOR, one trailing-zero count and one shift.
 //!
-//! Rows are banded in (roughly) increasing start ([`Band::prepare`]), so
-//! the slots an elimination chain visits were touched a moment ago and sit
-//! in L1. Several shards are banded at once, one step of each in turn
+//! A band small enough to sit in L1 (the default shards) takes its rows
+//! as the keys come; a larger one gets them in (roughly) increasing start
+//! ([`Band::prepare`]), so that the slots a chain visits were touched a
+//! moment ago. The order changes neither the outcome nor the solution.
+//! Several shards are banded at once, one step of each in turn
 //! (`band_lanes_*`): one chain is latency-bound, unrelated chains overlap
 //! in the CPU. [`run_jobs`] runs them as a work queue.
 //!
