@@ -457,3 +457,63 @@ fn builds_on_one_thread_give_the_bytes_of_fresh_threads() {
         }
     }
 }
+
+/// Environment variable that makes
+/// `builds_in_a_thread_local_destructor` run its builds (in a child
+/// process: a panic in a thread-local destructor aborts the process).
+const TLS_DESTRUCTOR_CHILD: &str = "SIEVEDB_TEST_BUILD_IN_TLS_DESTRUCTOR";
+
+/// A build from another thread-local's destructor, after the thread's
+/// spare bands may already be gone, must build the usual bytes and not
+/// panic (which aborts the process there). Two destructors, one
+/// registered before the spare bands and one after, so that one of them
+/// runs after the spare bands' whatever the platform's destructor order.
+#[test]
+fn builds_in_a_thread_local_destructor() {
+    fn keys() -> Vec<u64> {
+        hashes(5_000, 91)
+    }
+    struct BuildOnDrop(Vec<u8>);
+    impl Drop for BuildOnDrop {
+        fn drop(&mut self) {
+            let (bytes, _) = build(&keys(), rows64());
+            assert!(bytes == self.0, "bytes built in a destructor differ");
+            eprintln!("built in a thread-local destructor");
+        }
+    }
+    thread_local! {
+        static BEFORE: std::cell::RefCell<Option<BuildOnDrop>> =
+            const { std::cell::RefCell::new(None) };
+        static AFTER: std::cell::RefCell<Option<BuildOnDrop>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let expected = build(&keys(), rows64()).0;
+    assert_eq!(expected.last(), Some(&FORMAT_RIBBON64));
+    if std::env::var_os(TLS_DESTRUCTOR_CHILD).is_some() {
+        std::thread::spawn(move || {
+            BEFORE.with(|b| *b.borrow_mut() = Some(BuildOnDrop(expected.clone())));
+            // Takes the spare bands (registering their destructor).
+            assert!(build(&keys(), rows64()).0 == expected);
+            AFTER.with(|b| *b.borrow_mut() = Some(BuildOnDrop(expected)));
+        })
+        .join()
+        .expect("build thread");
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "builds_in_a_thread_local_destructor",
+            "--nocapture",
+        ])
+        .env(TLS_DESTRUCTOR_CHILD, "1")
+        .output()
+        .expect("child test process");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "child failed: {stderr}");
+    assert_eq!(
+        stderr.matches("built in a thread-local destructor").count(),
+        2,
+        "{stderr}"
+    );
+}

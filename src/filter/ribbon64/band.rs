@@ -251,9 +251,16 @@ thread_local! {
 pub(crate) struct Bands(Option<Box<[Band; MAX_LANES]>>);
 
 impl Bands {
-    /// The thread's spare bands (or new ones), each set to `stride`.
+    /// The thread's spare bands (or new ones), each set to `stride`. New
+    /// ones too when the thread's locals are being destroyed (a build from
+    /// another thread-local's destructor): `SPARE_BANDS.take()` would
+    /// panic there, which aborts the process.
     pub(crate) fn take(stride: usize) -> Bands {
-        let mut bands = SPARE_BANDS.take().unwrap_or_default();
+        let mut bands = SPARE_BANDS
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         for band in bands.iter_mut() {
             band.stride = stride;
             band.slots = 0;
@@ -288,7 +295,8 @@ impl Drop for Bands {
             })
             .sum();
         if bytes <= KEEP_BAND_BYTES {
-            SPARE_BANDS.set(Some(bands));
+            // Dropped instead when the thread's locals are being destroyed.
+            let _ = SPARE_BANDS.try_with(|spare| spare.set(Some(bands)));
         }
     }
 }
