@@ -115,7 +115,11 @@ impl Band {
     /// which band in different interleavings; a check of 126 builds gave
     /// the same bytes with and without the sort).
     pub(crate) fn prepare(&mut self, key_hashes: &[u64], slots: usize, mask: u64) {
-        debug_assert!((W..=MAX_SHARD_SLOTS).contains(&slots));
+        // The steps rely on it (no bounds checks): one check per band.
+        assert!(
+            (W..=MAX_SHARD_SLOTS).contains(&slots),
+            "band of {slots} slots"
+        );
         self.slots = slots;
         self.stride = self.stride.max(slots + 1);
         // Coefficients and results of every slot and the sink: zero.
