@@ -33,7 +33,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::db::{finish_table, record_for, table_options, DbInner};
+use crate::db::{filter_policy_for_write, finish_table, record_for, table_options, DbInner};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
@@ -314,6 +314,10 @@ impl DbInner {
         let deeper_levels = &version.levels[job.output_level + 1..];
         let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
 
+        let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
+        let written = all_inputs.iter().map(|t| t.table.meta().entries).sum();
+        let filter_policy =
+            filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();
         let mut builder: Option<(u64, TableBuilder)> = None;
         let mut last_user: Option<Vec<u8>> = None;
@@ -353,7 +357,7 @@ impl DbInner {
                         self.fs.as_ref(),
                         &path,
                         number,
-                        table_options(&self.opts),
+                        table_options(&self.opts, Arc::clone(&filter_policy)),
                     )?;
                     builder = Some((number, b));
                 }

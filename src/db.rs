@@ -32,7 +32,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
-use crate::filter::key_hash;
+use crate::filter::budget::{policy_for_run, FilterBudget};
+use crate::filter::{key_hash, FilterPolicy};
 use crate::fs::FileSystem;
 use crate::iter::InternalIterator;
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
@@ -41,6 +42,7 @@ use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
 use crate::options::Options;
 use crate::sketch::{HeavyHitters, HyperLogLog};
+use crate::sstable::format::PROP_FILTER_BITS_PER_KEY;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
 use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
 use crate::version::{
@@ -277,7 +279,9 @@ impl Db {
         }
         if !replay.is_empty() {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
-            let (record, table) = write_level0_table(&dir, &fs, &opts, &counters, &replay, number)?;
+            let policy = filter_policy_for_write(&opts, &version, &[], 0, replay.entries() as u64);
+            let (record, table) =
+                write_level0_table(&dir, &fs, &opts, policy, &counters, &replay, number)?;
             let path = dir.join(table_file_name(number));
             mstate.levels[0].push(record.clone());
             version = version.apply(
@@ -515,6 +519,12 @@ impl Db {
                     filter_policy: meta.filter_policy.clone(),
                     filter_format: t.table.filter().format_name().to_string(),
                     filter_bytes: meta.filter_bytes,
+                    filter_bits_per_key: t
+                        .table
+                        .property(PROP_FILTER_BITS_PER_KEY)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map(f64::from_le_bytes)
+                        .filter(|b| b.is_finite()),
                 });
             }
         }
@@ -602,13 +612,32 @@ fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     stem.parse().ok()
 }
 
-/// Table-building options for the database's current policy.
-pub(crate) fn table_options(opts: &Options) -> TableOptions {
+/// Table-building options: the database's block settings and
+/// `filter_policy` (from [`filter_policy_for_write`]).
+pub(crate) fn table_options(opts: &Options, filter_policy: Arc<dyn FilterPolicy>) -> TableOptions {
     TableOptions {
         block_bytes: opts.block_bytes,
         restart_interval: opts.restart_interval,
-        filter_policy: Arc::clone(&opts.filter_policy),
+        filter_policy,
     }
+}
+
+/// The filter policy for tables a write (flush or compaction) adds to
+/// `level` of `version`, consuming the tables numbered in `consumed` and
+/// bringing about `written` entries: the configured policy, sized for the
+/// written run under [`FilterBudget::Monkey`].
+pub(crate) fn filter_policy_for_write(
+    opts: &Options,
+    version: &Version,
+    consumed: &[u64],
+    level: usize,
+    written: u64,
+) -> Arc<dyn FilterPolicy> {
+    if opts.filter_budget == FilterBudget::Uniform {
+        return Arc::clone(&opts.filter_policy);
+    }
+    let (runs, run) = version.runs_after_write(consumed, level, written);
+    policy_for_run(&opts.filter_policy, opts.filter_budget, &runs, run)
 }
 
 pub(crate) fn record_for(level: u32, meta: &TableMeta) -> TableRecord {
@@ -636,17 +665,19 @@ pub(crate) fn finish_table(mut builder: TableBuilder) -> Result<TableMeta> {
 }
 
 /// Writes the newest version of every key of `mem` to level-0 table
-/// `number`, synced, and opens it.
+/// `number` with filters built by `filter_policy`, synced, and opens it.
 fn write_level0_table(
     dir: &Path,
     fs: &Arc<dyn FileSystem>,
     opts: &Options,
+    filter_policy: Arc<dyn FilterPolicy>,
     counters: &Arc<ReadCounters>,
     mem: &Memtable,
     number: u64,
 ) -> Result<(TableRecord, Table)> {
     let path = dir.join(table_file_name(number));
-    let mut builder = TableBuilder::new(fs.as_ref(), &path, number, table_options(opts))?;
+    let table_opts = table_options(opts, filter_policy);
+    let mut builder = TableBuilder::new(fs.as_ref(), &path, number, table_opts)?;
     let mut prev: Option<Vec<u8>> = None;
     mem.for_each(|key, seq, kind, value| {
         // The memtable is frozen and every reader that could need an older
@@ -956,8 +987,22 @@ impl DbInner {
         let mut max_seq = 0;
         if !imm.is_empty() {
             let number = self.next_file.fetch_add(1, Ordering::SeqCst);
-            let (record, table) =
-                write_level0_table(&self.dir, &self.fs, &self.opts, &self.counters, imm, number)?;
+            let policy = filter_policy_for_write(
+                &self.opts,
+                &self.current().version,
+                &[],
+                0,
+                imm.entries() as u64,
+            );
+            let (record, table) = write_level0_table(
+                &self.dir,
+                &self.fs,
+                &self.opts,
+                policy,
+                &self.counters,
+                imm,
+                number,
+            )?;
             max_seq = record.largest_seq;
             self.engine
                 .flush_bytes_written

@@ -67,6 +67,7 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use db::{Db, HOT_KEYS_TRACKED};
 pub use error::{Error, Result};
+pub use filter::budget::FilterBudget;
 pub use merge::DbIterator;
 pub use options::{CompactionPick, Options};
 pub use stats::{LevelStats, Stats, TableInfo};

@@ -88,6 +88,11 @@ impl Memtable {
         self.approx_bytes.load(Ordering::Relaxed)
     }
 
+    /// Versions held (every version of every key).
+    pub(crate) fn entries(&self) -> usize {
+        self.map.len()
+    }
+
     /// True when nothing was inserted.
     pub(crate) fn is_empty(&self) -> bool {
         // Every insert adds to the byte count first: one atomic load, no

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::filter::budget::FilterBudget;
 use crate::filter::{BloomPolicy, FilterPolicy};
 use crate::fs::{FileSystem, RealFs};
 
@@ -84,6 +85,12 @@ pub struct Options {
     /// [`Db::hot_keys`](crate::Db::hot_keys) can report the hottest keys.
     /// Default true.
     pub track_hot_keys: bool,
+    /// How the filters of new tables are sized: all by `filter_policy` as
+    /// it is ([`FilterBudget::Uniform`], the default), or per sorted run
+    /// around its bits per key ([`FilterBudget::Monkey`]: more bits for
+    /// level-0 tables and small upper levels, fewer for the largest level,
+    /// so a missing key meets fewer false positives for the same memory).
+    pub filter_budget: FilterBudget,
     /// The filesystem all writes go through (tests substitute one that
     /// simulates power loss and I/O errors). Default: the real one.
     pub fs: Arc<dyn FileSystem>,
@@ -93,6 +100,7 @@ impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("filter_policy", &self.filter_policy.name())
+            .field("filter_budget", &self.filter_budget)
             .field("memtable_bytes", &self.memtable_bytes)
             .field("max_immutable_memtables", &self.max_immutable_memtables)
             .field("block_bytes", &self.block_bytes)
@@ -118,6 +126,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             filter_policy: Arc::new(BloomPolicy::new(10.0)),
+            filter_budget: FilterBudget::Uniform,
             memtable_bytes: 4 << 20,
             max_immutable_memtables: 2,
             block_bytes: 4096,

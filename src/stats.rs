@@ -148,7 +148,7 @@ impl Stats {
 }
 
 /// One live table, as listed by `Db::tables`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TableInfo {
     /// The level the table is in.
     pub level: usize,
@@ -169,4 +169,12 @@ pub struct TableInfo {
     pub filter_format: String,
     /// Bytes of the table's filter.
     pub filter_bytes: u64,
+    /// The bits per key the table's filter was sized to (in the policy's
+    /// unit: Bloom-equivalent for Ribbon), recorded for policies that report
+    /// a size: the policy's own under [`FilterBudget::Uniform`], the run's
+    /// share under [`FilterBudget::Monkey`].
+    ///
+    /// [`FilterBudget::Uniform`]: crate::FilterBudget::Uniform
+    /// [`FilterBudget::Monkey`]: crate::FilterBudget::Monkey
+    pub filter_bits_per_key: Option<f64>,
 }

@@ -181,6 +181,49 @@ impl Version {
             .unwrap_or(0)
     }
 
+    /// Entries of each sorted run once a write lands, for sizing the
+    /// written tables' filters: every level-0 table is a run of its own and
+    /// each deeper level one run (empty ones left out). The write removes
+    /// the tables numbered in `consumed` (a compaction's inputs) and brings
+    /// `written` entries to `level`: a new run of its own at level 0,
+    /// otherwise that level's run. Returns the counts and the index of the
+    /// written run.
+    pub(crate) fn runs_after_write(
+        &self,
+        consumed: &[u64],
+        level: usize,
+        written: u64,
+    ) -> (Vec<u64>, usize) {
+        let live = |h: &&Arc<TableHandle>| !consumed.contains(&h.record.file_number);
+        let entries = |h: &Arc<TableHandle>| h.table.meta().entries;
+        let mut runs: Vec<u64> = Vec::new();
+        let mut written_run = None;
+        for (l, tables) in self.levels.iter().enumerate() {
+            if l == 0 {
+                runs.extend(tables.iter().filter(live).map(entries));
+                if level == 0 {
+                    written_run = Some(runs.len());
+                    runs.push(written);
+                }
+                continue;
+            }
+            let mut run: u64 = tables.iter().filter(live).map(entries).sum();
+            if l == level {
+                run += written;
+                written_run = Some(runs.len());
+            } else if run == 0 {
+                continue;
+            }
+            runs.push(run);
+        }
+        let index = written_run.unwrap_or_else(|| {
+            // A level past the tree (not produced by the engine): its own run.
+            runs.push(written);
+            runs.len() - 1
+        });
+        (runs, index)
+    }
+
     /// Tables of `level` whose key range intersects `[smallest, largest]`.
     pub(crate) fn overlapping(
         &self,

@@ -14,8 +14,15 @@ const BIN: &str = env!("CARGO_BIN_EXE_sieve-bench");
 fn run_bench(dir: &Path, extra: &[&str]) -> Value {
     let json = dir.join("results.json");
     let chart = dir.join("chart.svg");
+    // 20,000 keys unless the test asks for another count.
+    let num = if extra.contains(&"--num") {
+        &[][..]
+    } else {
+        &["--num", "20000"][..]
+    };
     let out = Command::new(BIN)
-        .args(["--num", "20000", "--seed", "7"])
+        .args(num)
+        .args(["--seed", "7"])
         .arg("--dir")
         .arg(dir.join("db"))
         .arg("--json")
@@ -153,6 +160,41 @@ fn default_workloads_agree_with_the_table_shape() {
     // return fewer).
     let scan = phase(bloom, "scan");
     assert!(f(scan, &["found"]) > f(scan, &["ops"]) * 90.0);
+}
+
+#[test]
+fn monkey_budget_runs_are_labelled_and_agree_with_their_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_bench(
+        dir.path(),
+        &[
+            "--num",
+            "60000",
+            "--reads",
+            "20000",
+            "--filter",
+            "bloom",
+            "--filter-budget",
+            "monkey",
+            "--benchmarks",
+            "fillrandom,readmissing",
+        ],
+    );
+    let run = run_of(&report, "bloom+monkey");
+    assert_eq!(f(phase(run, "readmissing"), &["found"]), 0.0);
+    let m = &run["missing"];
+    // Two level-0 tables of different sizes: the expected reads add each
+    // table's own rate, recorded with its size.
+    assert!(f(m, &["covering_tables_per_get"]) >= 1.0);
+    let (measured, expected) = (
+        f(m, &["measured_blocks_per_get"]),
+        f(m, &["expected_blocks_per_get"]),
+    );
+    let sigma = (expected / 20000.0).sqrt();
+    assert!(
+        (measured - expected).abs() <= 5.0 * sigma + 0.15 * expected,
+        "measured {measured} vs expected {expected} blocks per missing get"
+    );
 }
 
 #[test]

@@ -37,7 +37,7 @@ use engine::{theoretical_fp_rate, Engine, PolicyKind, SieveEngine};
 use error::{io_err, BenchError, BenchResult};
 use keys::KeySpace;
 use report::{Machine, MissingCheck, Report, Run, ShapeSummary};
-use sievedb::TableInfo;
+use sievedb::{FilterBudget, TableInfo};
 
 /// Which filter policies to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -46,6 +46,15 @@ enum FilterArg {
     Ribbon,
     None,
     All,
+}
+
+/// How sievedb sizes each table's filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BudgetArg {
+    /// Every table at `--bits-per-key` (`FilterBudget::Uniform`).
+    Uniform,
+    /// Per sorted run, `--bits-per-key` on average (`FilterBudget::Monkey`).
+    Monkey,
 }
 
 /// Read-path benchmarks for sievedb (and, with the `peers` feature, RocksDB
@@ -74,6 +83,11 @@ struct Args {
     /// Bloom bits per key; Ribbon is built for the same false-positive rate.
     #[arg(long, default_value_t = 10.0)]
     bits_per_key: f64,
+    /// How sievedb sizes each table's filter: `uniform` (every table at
+    /// `--bits-per-key`) or `monkey` (per sorted run, that many on average;
+    /// the policy column then reads e.g. `bloom+monkey`). Peers ignore it.
+    #[arg(long, value_enum, default_value_t = BudgetArg::Uniform)]
+    filter_budget: BudgetArg,
     /// Gets per read phase [default: min(num, 200000)].
     #[arg(long)]
     reads: Option<u64>,
@@ -223,17 +237,28 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     })
 }
 
+impl BudgetArg {
+    fn budget(self) -> FilterBudget {
+        match self {
+            BudgetArg::Uniform => FilterBudget::Uniform,
+            BudgetArg::Monkey => FilterBudget::Monkey,
+        }
+    }
+}
+
 fn open_engine(
     name: &str,
     dir: &Path,
     policy: PolicyKind,
     bits_per_key: f64,
+    budget: FilterBudget,
 ) -> BenchResult<Option<Box<dyn Engine>>> {
     match name {
         "sievedb" => Ok(Some(Box::new(SieveEngine::open(
             dir,
             policy,
             bits_per_key,
+            budget,
         )?))),
         #[cfg(feature = "peer-rocksdb")]
         "rocksdb" => Ok(Some(Box::new(peers::RocksEngine::open(
@@ -248,35 +273,47 @@ fn open_engine(
     }
 }
 
-/// Average number of tables whose range covers each missing key of
-/// `indices`: every level-0 table whose range holds it, plus one per deeper
-/// level whose (disjoint) tables cover it.
-fn covering_tables(ks: &KeySpace, tables: &[TableInfo], indices: &[u64]) -> f64 {
+/// For the missing keys of `indices`, the average number of tables whose
+/// range covers each (every level-0 table whose range holds it, plus one
+/// per deeper level whose disjoint tables cover it) and the average sum of
+/// those tables' theoretical false-positive rates: `fp_rate_of(t)` for
+/// table `t`.
+fn covering_tables(
+    ks: &KeySpace,
+    tables: &[TableInfo],
+    indices: &[u64],
+    fp_rate_of: impl Fn(&TableInfo) -> BenchResult<f64>,
+) -> BenchResult<(f64, f64)> {
     if indices.is_empty() {
-        return 0.0;
+        return Ok((0.0, 0.0));
     }
-    let mut levels: Vec<Vec<&TableInfo>> = Vec::new();
+    let mut levels: Vec<Vec<(&TableInfo, f64)>> = Vec::new();
     for t in tables.iter().filter(|t| t.entries > 0) {
         if levels.len() <= t.level {
             levels.resize_with(t.level + 1, Vec::new);
         }
+        let fp = fp_rate_of(t)?;
         if let Some(l) = levels.get_mut(t.level) {
-            l.push(t);
+            l.push((t, fp));
         }
     }
     let mut key = Vec::new();
-    let mut total = 0u64;
+    let (mut count, mut expected) = (0u64, 0f64);
     for &i in indices {
         ks.missing_key(i, &mut key);
         let k = key.as_slice();
         for tabs in &levels {
-            total += tabs
+            for (_, fp) in tabs
                 .iter()
-                .filter(|t| t.smallest.as_slice() <= k && k <= t.largest.as_slice())
-                .count() as u64;
+                .filter(|(t, _)| t.smallest.as_slice() <= k && k <= t.largest.as_slice())
+            {
+                count += 1;
+                expected += fp;
+            }
         }
     }
-    total as f64 / indices.len() as f64
+    let n = indices.len() as f64;
+    Ok((count as f64 / n, expected / n))
 }
 
 fn shape_summary(engine: &dyn Engine, keys: u64) -> (ShapeSummary, Vec<TableInfo>) {
@@ -302,7 +339,9 @@ fn run_one(
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
     }
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key)? else {
+    let budget = args.filter_budget.budget();
+    let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, budget)?
+    else {
         eprintln!("{engine_name} has no {} filter: skipped", policy.name());
         return Ok(None);
     };
@@ -344,14 +383,19 @@ fn run_one(
                 let r =
                     workload::read_missing(engine.as_ref(), ks, &label, threads, &idx, args.cold)?;
                 if let (Some(io), Some((_, tables))) = (r.io, shape.as_ref()) {
-                    let covering = covering_tables(ks, tables, &idx);
+                    // Each table at the size it records (under Monkey its
+                    // run's), else at the setting.
+                    let (covering, expected) = covering_tables(ks, tables, &idx, |t| {
+                        let bits = t.filter_bits_per_key.unwrap_or(args.bits_per_key);
+                        theoretical_fp_rate(policy, bits)
+                    })?;
                     let fp = theoretical_fp_rate(policy, args.bits_per_key)?;
                     let gets = io.gets.max(1) as f64;
                     missing = Some(MissingCheck {
                         covering_tables_per_get: covering,
                         filter_checks_per_get: io.filter_checks as f64 / gets,
                         theoretical_fp_rate: fp,
-                        expected_blocks_per_get: covering * fp,
+                        expected_blocks_per_get: expected,
                         measured_blocks_per_get: io.get_data_block_reads as f64 / gets,
                         measured_fp_rate_per_check: io.filter_false_positives as f64
                             / io.filter_checks.max(1) as f64,
@@ -378,7 +422,10 @@ fn run_one(
     drop(engine);
     Ok(Some(Run {
         engine: engine_name.to_string(),
-        policy: policy.name().to_string(),
+        policy: match (engine_name, budget) {
+            ("sievedb", FilterBudget::Monkey) => format!("{}+monkey", policy.name()),
+            _ => policy.name().to_string(),
+        },
         bits_per_key_setting: args.bits_per_key,
         keys: ks.num,
         phases,

@@ -86,6 +86,7 @@
 
 use super::{fastrange32, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_BLOOM, FORMAT_BLOOM_V1};
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// Bytes per cache line, and per filter line.
 pub const LINE_BYTES: usize = 64;
@@ -1414,6 +1415,16 @@ impl FilterPolicy for BloomPolicy {
 
     fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
         super::may_contain(filter, key_hash)
+    }
+
+    /// [`bits_per_key`](Self::bits_per_key).
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(self.bits_per_key)
+    }
+
+    /// [`BloomPolicy::new`]`(bits_per_key)` (clamped like it).
+    fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
+        Some(Arc::new(BloomPolicy::new(bits_per_key)))
     }
 }
 

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 
 pub mod bloom;
+pub mod budget;
 pub mod ribbon;
 pub mod ribbon64;
 mod shards;
@@ -109,6 +110,24 @@ pub trait FilterPolicy: Send + Sync {
     /// Answers whether `key_hash` may have been among the built hashes.
     /// Must return `true` for bytes it cannot interpret.
     fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool;
+
+    /// The policy's size as bits per key, in the unit
+    /// [`with_budget_bits_per_key`](Self::with_budget_bits_per_key) takes,
+    /// for engines that size each sorted run's filters differently
+    /// ([`budget::FilterBudget::Monkey`]). `None` (the default): the
+    /// policy has one size and is used as it is.
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        None
+    }
+
+    /// The same policy at `bits_per_key` (in the unit of
+    /// [`budget_bits_per_key`](Self::budget_bits_per_key)), with the same
+    /// [`name`](Self::name), so its tables read like the original's. `None`
+    /// (the default) for a policy with one size.
+    fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
+        let _ = bits_per_key;
+        None
+    }
 }
 
 impl fmt::Debug for dyn FilterPolicy {

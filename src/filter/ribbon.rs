@@ -197,6 +197,7 @@ use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPo
 use super::shards::ShardedKeys;
 use super::{fastrange64, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_RIBBON};
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -749,6 +750,18 @@ impl FilterPolicy for RibbonPolicy {
 
     fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
         super::may_contain(filter, key_hash)
+    }
+
+    /// The Bloom-equivalent bits per key:
+    /// [`bloom_bits_per_key`](Self::bloom_bits_per_key).
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(self.bloom_bits_per_key)
+    }
+
+    /// [`RibbonPolicy::new`]`(bits_per_key)`: the rate of a blocked Bloom
+    /// filter at that many bits per key (clamped like it).
+    fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
+        Some(Arc::new(RibbonPolicy::new(bits_per_key)))
     }
 }
 

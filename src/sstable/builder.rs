@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use super::block::{user_part, BlockBuilder};
 use super::format::{
     block_crc, encode_properties, encode_u64_property, BlockHandle, Footer, PROP_DATA_BLOCKS,
-    PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY,
-    PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
-    RESERVED_PROPERTY_PREFIX,
+    PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY, PROP_FILTER_BYTES,
+    PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ,
+    PROP_TOMBSTONES, RESERVED_PROPERTY_PREFIX,
 };
 use super::{TableMeta, TableOptions};
 use crate::error::{Error, Result};
@@ -324,6 +324,9 @@ impl TableBuilder {
         props.insert(PROP_LARGEST_SEQ.into(), num(largest_seq));
         props.insert(PROP_FILTER_POLICY.into(), policy_name.clone().into_bytes());
         props.insert(PROP_FILTER_BYTES.into(), num(filter_len));
+        if let Some(bits) = self.opts.filter_policy.budget_bits_per_key() {
+            props.insert(PROP_FILTER_BITS_PER_KEY.into(), bits.to_le_bytes().to_vec());
+        }
         props.insert(PROP_DATA_BLOCKS.into(), num(self.data_blocks));
         let properties = self.write_block(BlockSource::Bytes(encode_properties(&props)))?;
 

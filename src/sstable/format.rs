@@ -44,6 +44,10 @@ pub const PROP_LARGEST_SEQ: &str = "sievedb.table.largest_seq";
 pub const PROP_FILTER_POLICY: &str = "sievedb.table.filter_policy";
 /// Property: size of the filter block in bytes, varint64.
 pub const PROP_FILTER_BYTES: &str = "sievedb.table.filter_bytes";
+/// Property: the bits per key the filter policy was sized to
+/// ([`FilterPolicy::budget_bits_per_key`](crate::filter::FilterPolicy::budget_bits_per_key)),
+/// an `f64` as 8 little-endian bytes; absent for policies without a size.
+pub const PROP_FILTER_BITS_PER_KEY: &str = "sievedb.table.filter_bits_per_key";
 /// Property: number of data blocks, varint64.
 pub const PROP_DATA_BLOCKS: &str = "sievedb.table.data_blocks";
 

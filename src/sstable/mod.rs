@@ -45,7 +45,9 @@
 //!   `sievedb.table.entries`, `.tombstones`, `.distinct_keys`,
 //!   `.smallest_key` and `.largest_key` (raw user-key bytes),
 //!   `.smallest_seq`, `.largest_seq`, `.filter_policy` (UTF-8 name),
-//!   `.filter_bytes` (size of the filter block) and `.data_blocks`. Any
+//!   `.filter_bytes` (size of the filter block) and `.data_blocks`, and,
+//!   when the policy reports a size, `.filter_bits_per_key` (an `f64` as 8
+//!   little-endian bytes: the bits per key the filter was built for). Any
 //!   other name is an extra property set with
 //!   [`TableBuilder::set_property`] (e.g. `sievedb.hll`, the key-statistics
 //!   sketch).

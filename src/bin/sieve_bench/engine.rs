@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
-use sievedb::{Db, Options, Stats, TableInfo};
+use sievedb::{Db, FilterBudget, Options, Stats, TableInfo};
 
 use crate::error::{BenchError, BenchResult};
 
@@ -151,7 +151,7 @@ pub fn theoretical_fp_rate(kind: PolicyKind, bits_per_key: f64) -> BenchResult<f
     })
 }
 
-/// sievedb with default options and the chosen filter policy.
+/// sievedb with default options and the chosen filter policy and budget.
 pub struct SieveEngine {
     dir: PathBuf,
     opts: Options,
@@ -160,9 +160,15 @@ pub struct SieveEngine {
 
 impl SieveEngine {
     /// Opens (creating) a database in `dir`.
-    pub fn open(dir: &Path, kind: PolicyKind, bits_per_key: f64) -> BenchResult<SieveEngine> {
+    pub fn open(
+        dir: &Path,
+        kind: PolicyKind,
+        bits_per_key: f64,
+        filter_budget: FilterBudget,
+    ) -> BenchResult<SieveEngine> {
         let opts = Options {
             filter_policy: sieve_policy(kind, bits_per_key)?,
+            filter_budget,
             ..Options::default()
         };
         let db = Db::open(dir, opts.clone())?;

@@ -1,0 +1,159 @@
+//! `FilterBudget::Monkey`: per-run filter sizes on a real tree.
+#![allow(clippy::field_reassign_with_default)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{key, small_options};
+use sievedb::filter::bloom::{blocked_bloom_fp_rate, probes_for_bits_per_key};
+use sievedb::filter::{BloomPolicy, RibbonPolicy};
+use sievedb::{Db, FilterBudget, Options, TableInfo};
+
+/// Bits per key of each sorted run: every level-0 table alone, then each
+/// deeper level, as (level, bits per key, entries).
+fn runs(tables: &[TableInfo]) -> Vec<(usize, f64, u64)> {
+    let mut runs: Vec<(usize, u64, u64)> = Vec::new();
+    for t in tables {
+        match runs.last_mut() {
+            Some((level, bytes, entries)) if *level == t.level && t.level > 0 => {
+                *bytes += t.filter_bytes;
+                *entries += t.entries;
+            }
+            _ => runs.push((t.level, t.filter_bytes, t.entries)),
+        }
+    }
+    runs.into_iter()
+        .map(|(level, bytes, entries)| (level, bytes as f64 * 8.0 / entries as f64, entries))
+        .collect()
+}
+
+/// A tree with level-0 tables over two deeper levels, built under `budget`.
+fn build_tree(dir: &std::path::Path, budget: FilterBudget) -> Options {
+    let mut opts = small_options();
+    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
+    opts.filter_budget = budget;
+    opts.table_bytes = 256 << 10;
+    // Compactions only when asked, so the shape does not depend on timing.
+    opts.background_compaction = false;
+    let db = Db::open(dir, opts.clone()).unwrap();
+    for round in 0..15u64 {
+        for i in round * 10_000..(round + 1) * 10_000 {
+            db.put(key(i * 2), [7u8; 24]).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    for i in 150_000..153_000u64 {
+        db.put(key(i * 2), [7u8; 24]).unwrap();
+    }
+    db.flush().unwrap();
+    db.close().unwrap();
+    opts
+}
+
+/// The tables of the tree in `dir`, each checked to record the bits per
+/// key its Bloom filter was built for (`ceil(ceil(n x bits) / 512)` lines
+/// of 64 bytes and a 6-byte trailer).
+fn tables_of(dir: &std::path::Path, opts: &Options) -> Vec<TableInfo> {
+    let db = Db::open(dir, opts.clone()).unwrap();
+    let mut tables = db.tables();
+    tables.sort_by_key(|t| (t.level, t.smallest.clone()));
+    for t in &tables {
+        let bits = t.filter_bits_per_key.expect("bloom records its size");
+        let lines = ((t.entries as f64 * bits).ceil() as u64).div_ceil(512);
+        assert_eq!(t.filter_bytes, lines * 64 + 6, "{t:?}");
+    }
+    tables
+}
+
+/// Expected false positives of a missing key that every run covers.
+fn summed_fp(runs: &[(usize, f64, u64)]) -> f64 {
+    runs.iter()
+        .map(|&(_, b, _)| blocked_bloom_fp_rate(b, probes_for_bits_per_key(b)))
+        .sum()
+}
+
+#[test]
+fn monkey_gives_small_runs_more_bits_at_about_the_same_memory() {
+    let uniform_dir = tempfile::tempdir().unwrap();
+    let monkey_dir = tempfile::tempdir().unwrap();
+    let uniform_opts = build_tree(uniform_dir.path(), FilterBudget::Uniform);
+    let monkey_opts = build_tree(monkey_dir.path(), FilterBudget::Monkey);
+    let uniform = runs(&tables_of(uniform_dir.path(), &uniform_opts));
+    let monkey = runs(&tables_of(monkey_dir.path(), &monkey_opts));
+    assert!(monkey.len() >= 3, "{monkey:?}");
+    assert!(monkey.iter().any(|r| r.0 == 0), "{monkey:?}");
+
+    // Uniform: every table sized to 10 bits per key (line rounding adds a
+    // little to the bytes).
+    let uniform_tables = tables_of(uniform_dir.path(), &uniform_opts);
+    assert!(uniform_tables
+        .iter()
+        .all(|t| t.filter_bits_per_key == Some(10.0)));
+    for &(_, bits, _) in &uniform {
+        assert!((9.9..11.0).contains(&bits), "{uniform:?}");
+    }
+    // Monkey: the level-0 tables and level 1 (the smallest runs) get
+    // several bits per key more than the average and than the two deepest
+    // levels, which hold almost every key. (Which of those two has fewer
+    // bits depends on the shape when their tables were written.)
+    let deep = &monkey[monkey.len() - 2..];
+    assert!(deep.iter().all(|r| r.1 < 11.0), "{monkey:?}");
+    for run in monkey.iter().filter(|r| r.0 <= 1) {
+        assert!(run.1 > 13.0, "{monkey:?}");
+    }
+
+    let bytes = |runs: &[(usize, f64, u64)]| runs.iter().map(|r| r.1 * r.2 as f64).sum::<f64>();
+    let ratio = bytes(&monkey) / bytes(&uniform);
+    assert!((0.9..1.1).contains(&ratio), "filter memory ratio {ratio}");
+    let (fp_uniform, fp_monkey) = (summed_fp(&uniform), summed_fp(&monkey));
+    assert!(
+        fp_monkey < 0.5 * fp_uniform,
+        "summed false-positive rate {fp_monkey} vs {fp_uniform}"
+    );
+}
+
+#[test]
+fn monkey_tables_read_right_under_any_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = build_tree(dir.path(), FilterBudget::Monkey);
+    for (budget, policy) in [
+        (
+            FilterBudget::Monkey,
+            Arc::new(BloomPolicy::new(10.0)) as Arc<_>,
+        ),
+        (
+            FilterBudget::Uniform,
+            Arc::new(RibbonPolicy::new(10.0)) as Arc<_>,
+        ),
+    ] {
+        opts.filter_budget = budget;
+        opts.filter_policy = policy;
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in (0..153_000u64).step_by(13) {
+            assert_eq!(db.get(key(i * 2)).unwrap(), Some(vec![7u8; 24]), "key {i}");
+            assert_eq!(db.get(key(i * 2 + 1)).unwrap(), None, "missing key {i}");
+        }
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn the_first_table_of_an_empty_tree_gets_the_average() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.filter_budget = FilterBudget::Monkey;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..500u64 {
+        db.put(key(i), [1u8; 8]).unwrap();
+    }
+    db.flush().unwrap();
+    let tables = db.tables();
+    assert_eq!(tables.len(), 1);
+    assert_eq!(tables[0].filter_bits_per_key, Some(10.0));
+    // One run holds every key: Monkey leaves it at the policy's 10 bits,
+    // the bytes a uniform budget builds (lines of 512 bits, 6-byte trailer).
+    let lines = (tables[0].entries * 10).div_ceil(512);
+    assert_eq!(tables[0].filter_bytes, lines * 64 + 6);
+}
