@@ -1,0 +1,222 @@
+//! Compares filter budgets on one tree shape: every table at the policy's
+//! bits per key (`FilterBudget::Uniform`) against per-run sizes
+//! (`FilterBudget::Monkey`), and uniform filters given the memory Monkey
+//! ended up using.
+//!
+//! Run: `cargo run --release --example filter_budget [-- --keys N --policy bloom|ribbon --bits B
+//! --memtable-kib K --level1-kib K]` (defaults: 2,000,000 keys, bloom, 10, 256, 1024)
+//!
+//! The load is deterministic: compactions run only at fixed points (every
+//! 50,000 writes, after a flush), so every budget sees the same sequence of
+//! flushes and compactions. Prints, per budget: filter bytes and bits per
+//! key, bits per key of each sorted run, data blocks read per missing get
+//! (measured over 200,000 missing keys) and what the tables' own rates
+//! predict, and missing-get throughput.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
+use sievedb::{Db, FilterBudget, Options, TableInfo};
+
+/// splitmix64: a small deterministic generator.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Loaded keys are even numbers, missing keys odd: both spread over the
+/// whole key range.
+fn key(i: u64) -> String {
+    format!("key{:016}", i)
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn policy(name: &str, bits: f64) -> Arc<dyn FilterPolicy> {
+    match name {
+        "ribbon" => Arc::new(RibbonPolicy::new(bits)),
+        _ => Arc::new(BloomPolicy::new(bits)),
+    }
+}
+
+/// (level, keys, filter bytes) per sorted run: each level-0 table alone,
+/// each deeper level as one.
+fn runs(tables: &[TableInfo]) -> Vec<(usize, u64, u64)> {
+    let mut sorted: Vec<&TableInfo> = tables.iter().collect();
+    sorted.sort_by_key(|t| t.level);
+    let mut runs: Vec<(usize, u64, u64)> = Vec::new();
+    for t in sorted {
+        match runs.last_mut() {
+            Some(r) if r.0 == t.level && t.level > 0 => {
+                r.1 += t.entries;
+                r.2 += t.filter_bytes;
+            }
+            _ => runs.push((t.level, t.entries, t.filter_bytes)),
+        }
+    }
+    runs
+}
+
+struct Outcome {
+    filter_bytes: u64,
+    keys: u64,
+    blocks_per_missing_get: f64,
+    expected_per_missing_get: f64,
+    missing_gets_per_sec: f64,
+}
+
+fn run(
+    label: &str,
+    policy_name: &str,
+    bits: f64,
+    budget: FilterBudget,
+    keys: u64,
+    (memtable_bytes, level1_bytes): (usize, u64),
+) -> sievedb::Result<Outcome> {
+    let dir = tempfile::tempdir().map_err(|e| sievedb::Error::Io {
+        path: std::env::temp_dir(),
+        source: e,
+    })?;
+    let opts = Options {
+        filter_policy: policy(policy_name, bits),
+        filter_budget: budget,
+        memtable_bytes,
+        level1_bytes,
+        table_bytes: level1_bytes / 4,
+        background_compaction: false,
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts)?;
+    let value = [7u8; 32];
+    for n in 0..keys {
+        // A permutation of 0..keys (the multiplier is a prime larger than
+        // any key count used), so every key is loaded once.
+        let i = ((n as u128 * 2_305_843_009_213_693_951u128) % keys as u128) as u64;
+        db.put(key(2 * i), value)?;
+        if (n + 1) % 50_000 == 0 {
+            db.flush()?;
+            db.compact()?;
+        }
+    }
+    db.flush()?;
+    let tables = db.tables();
+    let stats = db.stats();
+    let keys_in_tables: u64 = tables.iter().map(|t| t.entries).sum();
+
+    // What the tables predict: each covering table's own theoretical rate.
+    let rate = |t: &TableInfo| {
+        let b = t.filter_bits_per_key.unwrap_or(bits);
+        match policy_name {
+            "ribbon" => RibbonPolicy::new(b).fp_rate(),
+            _ => BloomPolicy::new(b).expected_fp_rate(),
+        }
+    };
+    let rates: Vec<f64> = tables.iter().map(rate).collect();
+    let missing: Vec<Vec<u8>> = (0..200_000u64)
+        .map(|n| key(2 * (mix(n) % keys) + 1).into_bytes())
+        .collect();
+    let mut expected = 0.0;
+    for k in &missing {
+        for (t, r) in tables.iter().zip(&rates) {
+            if t.smallest.as_slice() <= k.as_slice() && k.as_slice() <= t.largest.as_slice() {
+                expected += r;
+            }
+        }
+    }
+    db.reset_stats();
+    let start = Instant::now();
+    for k in &missing {
+        if db.get(k)?.is_some() {
+            return Err(sievedb::Error::InvalidArgument(format!(
+                "missing key {k:?} found"
+            )));
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = db.stats();
+    let n = missing.len() as f64;
+    let outcome = Outcome {
+        filter_bytes: stats.filter_bytes(),
+        keys: keys_in_tables,
+        blocks_per_missing_get: after.get_data_block_reads as f64 / n,
+        expected_per_missing_get: expected / n,
+        missing_gets_per_sec: n / secs,
+    };
+    let per_run: Vec<String> = runs(&tables)
+        .iter()
+        .map(|&(level, k, bytes)| {
+            format!(
+                "L{level}:{}k@{:.1}",
+                k / 1000,
+                bytes as f64 * 8.0 / k as f64
+            )
+        })
+        .collect();
+    println!(
+        "{label:<22} {:>12} {:>8.2} {:>10.4} {:>10.4} {:>12.0}   {}",
+        outcome.filter_bytes,
+        outcome.filter_bytes as f64 * 8.0 / outcome.keys as f64,
+        outcome.blocks_per_missing_get,
+        outcome.expected_per_missing_get,
+        outcome.missing_gets_per_sec,
+        per_run.join(" ")
+    );
+    db.close()?;
+    Ok(outcome)
+}
+
+fn main() -> sievedb::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let keys: u64 = arg(&args, "--keys", 2_000_000);
+    let bits: f64 = arg(&args, "--bits", 10.0);
+    let policy_name: String = arg(&args, "--policy", "bloom".to_string());
+    let memtable_kib: usize = arg(&args, "--memtable-kib", 256);
+    let level1_kib: u64 = arg(&args, "--level1-kib", 1024);
+    let sizes = (memtable_kib << 10, level1_kib << 10);
+    println!(
+        "{keys} keys (20 B keys, 32 B values), {policy_name} at {bits} bits/key; \
+         {memtable_kib} KiB memtable, {level1_kib} KiB level 1, x10 per level"
+    );
+    println!(
+        "{:<22} {:>12} {:>8} {:>10} {:>10} {:>12}   runs (keys@bits/key)",
+        "budget", "filter bytes", "bits/key", "blk/miss", "expected", "miss gets/s"
+    );
+    let uniform = run(
+        "uniform",
+        &policy_name,
+        bits,
+        FilterBudget::Uniform,
+        keys,
+        sizes,
+    )?;
+    let monkey = run(
+        "monkey",
+        &policy_name,
+        bits,
+        FilterBudget::Monkey,
+        keys,
+        sizes,
+    )?;
+    // Uniform filters with the memory Monkey used, for a like-for-like
+    // comparison.
+    let matched = bits * monkey.filter_bytes as f64 / uniform.filter_bytes as f64;
+    let label = format!("uniform at {matched:.2}");
+    run(
+        &label,
+        &policy_name,
+        matched,
+        FilterBudget::Uniform,
+        keys,
+        sizes,
+    )?;
+    Ok(())
+}
