@@ -29,7 +29,9 @@
 //! * [`Db`]: open, put, get, delete, atomic [`WriteBatch`]es, range scans,
 //!   flush, compaction, statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
-//!   key hash, the blocked Bloom filter, the Ribbon filter and no filter.
+//!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;
+//!   [`FilterBudget`] sizes each sorted run's filters (Monkey) through
+//!   [`Options::filter_budget`].
 //! * [`sstable`]: immutable sorted table files whose filter is asked before
 //!   any data block is read.
 //! * [`stats`]: read I/O counters (filter checks, negatives, false positives,
