@@ -234,9 +234,34 @@ impl DbInner {
         }
     }
 
-    /// Runs compactions in the caller's thread until no level needs one.
+    /// Runs compactions in the caller's thread until no level needs one and
+    /// level 0 is empty: the level-0 tables left below the trigger are
+    /// merged into level 1 too (every point read checks each of them, and
+    /// how many are left would otherwise depend on when the background
+    /// compactions ran).
+    ///
+    /// Only the level-0 tables present when it starts are waited for: with
+    /// writers still flushing, it returns once those are merged rather than
+    /// chasing every new table.
     pub(crate) fn compact_until_balanced(&self) -> Result<()> {
-        while let Some(job) = self.claim(|db, ptr| db.pick_compaction(ptr))? {
+        let level0_at_start: Vec<u64> = self.current().version.levels[0]
+            .iter()
+            .map(|t| t.record.file_number)
+            .collect();
+        let pick = |db: &Self, ptr: &[Vec<u8>]| {
+            db.pick_compaction(ptr).or_else(|| {
+                let version = Arc::clone(&db.current().version);
+                let level0 = version.levels.first()?;
+                let waiting = level0
+                    .iter()
+                    .any(|t| level0_at_start.contains(&t.record.file_number));
+                // All of level 0 at once: its tables overlap, so older ones
+                // must not stay behind newer ones.
+                (waiting && version.levels.len() > 1)
+                    .then(|| db.job_for(&version, 0, 1, level0.clone()))
+            })
+        };
+        while let Some(job) = self.claim(pick)? {
             let result = self.run_compaction(&job);
             let failed = result.as_ref().err().map(|e| e.to_string());
             self.finish_compaction(result);

@@ -459,8 +459,10 @@ impl Db {
         self.inner.flush()
     }
 
-    /// Runs compactions until no level is over its target (level 0 below its
-    /// trigger), blocking until done.
+    /// Runs compactions until no level is over its target and the level-0
+    /// tables present at the call are merged into level 1 (also those below
+    /// the trigger), blocking until done. Without concurrent writes level 0
+    /// is then empty and a point read consults at most one table per level.
     pub fn compact(&self) -> Result<()> {
         self.check_open()?;
         self.inner.compact_until_balanced()

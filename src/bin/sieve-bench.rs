@@ -98,9 +98,9 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     scan_len: usize,
     /// Comma-separated workloads, run in order: fillrandom, fillseq,
-    /// compact (flush, then compact until balanced), compactall (flush,
-    /// then rewrite everything into one level), readrandom, readmissing,
-    /// readzipf, scan.
+    /// compact (flush, then compact until balanced and level 0 is empty),
+    /// compactall (flush, then rewrite everything into one level),
+    /// readrandom, readmissing, readzipf, scan.
     #[arg(
         long,
         value_delimiter = ',',

@@ -115,8 +115,9 @@ pub trait Engine: Sync {
     /// The value of `key`, if present.
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
     /// Writes the memtable to tables and compacts the tree: until no level
-    /// is over its target (`full == false`; engines without that notion
-    /// compact fully), or everything into one level (`full == true`).
+    /// is over its target and level 0 is empty (`full == false`; engines
+    /// without that notion compact fully), or everything into one level
+    /// (`full == true`).
     fn flush_compact(&self, full: bool) -> BenchResult<()>;
     /// Reads up to `limit` entries from the first key `>= start`; calls
     /// `visit` on each key and returns how many were read.
