@@ -340,7 +340,11 @@ impl DbInner {
         let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
 
         let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
-        let written = all_inputs.iter().map(|t| t.table.meta().entries).sum();
+        // An upper bound: keys in several inputs count once per input.
+        let written = all_inputs
+            .iter()
+            .map(|t| t.table.meta().distinct_keys)
+            .sum();
         let filter_policy =
             filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();

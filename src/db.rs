@@ -42,7 +42,6 @@ use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
 use crate::options::Options;
 use crate::sketch::{HeavyHitters, HyperLogLog};
-use crate::sstable::format::PROP_FILTER_BITS_PER_KEY;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
 use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
 use crate::version::{
@@ -521,12 +520,7 @@ impl Db {
                     filter_policy: meta.filter_policy.clone(),
                     filter_format: t.table.filter().format_name().to_string(),
                     filter_bytes: meta.filter_bytes,
-                    filter_bits_per_key: t
-                        .table
-                        .property(PROP_FILTER_BITS_PER_KEY)
-                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                        .map(f64::from_le_bytes)
-                        .filter(|b| b.is_finite()),
+                    filter_bits_per_key: t.table.filter_bits_per_key(),
                 });
             }
         }

@@ -181,8 +181,9 @@ impl Version {
             .unwrap_or(0)
     }
 
-    /// Entries of each sorted run once a write lands, for sizing the
-    /// written tables' filters: see [`run_keys_after_write`].
+    /// Keys of each sorted run once a write lands, for sizing the written
+    /// tables' filters: see [`run_keys_after_write`]. A table counts its
+    /// distinct keys (what its filter holds).
     pub(crate) fn runs_after_write(
         &self,
         consumed: &[u64],
@@ -195,7 +196,7 @@ impl Version {
             .map(|tables| {
                 tables
                     .iter()
-                    .map(|h| (h.record.file_number, h.table.meta().entries))
+                    .map(|h| (h.record.file_number, h.table.meta().distinct_keys))
                     .collect()
             })
             .collect();
@@ -236,9 +237,9 @@ pub(crate) fn find_covering<'a>(
         .filter(|t| t.record.smallest.as_slice() <= user_key)
 }
 
-/// Entries of each sorted run once a write lands, for sizing the written
+/// Keys of each sorted run once a write lands, for sizing the written
 /// tables' filters ([`FilterBudget::Monkey`](crate::FilterBudget::Monkey)).
-/// `levels` holds each level's tables as (file number, entries). Every
+/// `levels` holds each level's tables as (file number, keys). Every
 /// level-0 table is a run of its own and each deeper level one run (empty
 /// ones left out). The write removes the tables numbered in `consumed` (a
 /// compaction's inputs) and brings `written` entries to `level`: a new run

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use common::{key, small_options};
 use sievedb::filter::bloom::{blocked_bloom_fp_rate, probes_for_bits_per_key};
-use sievedb::filter::{BloomPolicy, RibbonPolicy};
+use sievedb::filter::budget::monkey_bits_per_key;
+use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use sievedb::{Db, FilterBudget, Options, TableInfo};
 
 /// Bits per key of each sorted run: every level-0 table alone, then each
@@ -28,10 +29,19 @@ fn runs(tables: &[TableInfo]) -> Vec<(usize, f64, u64)> {
         .collect()
 }
 
-/// A tree with level-0 tables over two deeper levels, built under `budget`.
+/// A tree with level-0 tables over two deeper levels, built under `budget`
+/// with Bloom filters at 10 bits per key.
 fn build_tree(dir: &std::path::Path, budget: FilterBudget) -> Options {
+    build_tree_with(dir, budget, Arc::new(BloomPolicy::new(10.0)))
+}
+
+fn build_tree_with(
+    dir: &std::path::Path,
+    budget: FilterBudget,
+    policy: Arc<dyn FilterPolicy>,
+) -> Options {
     let mut opts = small_options();
-    opts.filter_policy = Arc::new(BloomPolicy::new(10.0));
+    opts.filter_policy = policy;
     opts.filter_budget = budget;
     opts.table_bytes = 256 << 10;
     // Compactions only when asked, so the shape does not depend on timing.
@@ -156,4 +166,131 @@ fn the_first_table_of_an_empty_tree_gets_the_average() {
     // the bytes a uniform budget builds (lines of 512 bits, 6-byte trailer).
     let lines = (tables[0].entries * 10).div_ceil(512);
     assert_eq!(tables[0].filter_bytes, lines * 64 + 6);
+}
+
+/// A standard Bloom filter that stores only its bit array: its probe count
+/// comes from the policy's size, so bytes built at one size must be read
+/// by the policy at that size (a custom policy may work that way).
+struct SizedBloom {
+    bits_per_key: f64,
+}
+
+impl SizedBloom {
+    /// Three fewer than the whole bits per key: 7 at 10, 6 anywhere in
+    /// [9, 10), so a table sized a little below the policy's own 10 must
+    /// not be read with 7 probes.
+    fn probes(&self) -> u64 {
+        (self.bits_per_key.floor() - 3.0).max(1.0) as u64
+    }
+
+    fn probe(h: u64, i: u64, m: usize) -> usize {
+        ((h & 0xffff_ffff).wrapping_add(i.wrapping_mul((h >> 32) | 1)) % m as u64) as usize
+    }
+}
+
+impl FilterPolicy for SizedBloom {
+    fn name(&self) -> &str {
+        "test.SizedBloom"
+    }
+
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        let m = ((key_hashes.len() as f64 * self.bits_per_key).ceil() as usize)
+            .max(64)
+            .next_multiple_of(8);
+        let mut bits = vec![0u8; m / 8];
+        for &h in key_hashes {
+            for i in 0..self.probes() {
+                let p = Self::probe(h, i, m);
+                bits[p / 8] |= 1 << (p % 8);
+            }
+        }
+        bits
+    }
+
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        let m = filter.len() * 8;
+        m == 0
+            || (0..self.probes()).all(|i| {
+                let p = Self::probe(key_hash, i, m);
+                filter[p / 8] >> (p % 8) & 1 == 1
+            })
+    }
+
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(self.bits_per_key)
+    }
+
+    fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
+        Some(Arc::new(SizedBloom { bits_per_key }))
+    }
+}
+
+#[test]
+fn a_custom_policy_reads_each_table_at_the_size_it_was_built_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = build_tree_with(
+        dir.path(),
+        FilterBudget::Monkey,
+        Arc::new(SizedBloom { bits_per_key: 10.0 }),
+    );
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    let tables = db.tables();
+    // Sizes both below and above the policy's own 10 bits per key, i.e.
+    // probe counts both below and above its 7.
+    let sizes: Vec<f64> = tables
+        .iter()
+        .filter_map(|t| t.filter_bits_per_key)
+        .collect();
+    assert_eq!(sizes.len(), tables.len());
+    assert!(
+        sizes.iter().any(|&b| b < 10.0) && sizes.iter().any(|&b| b >= 11.0),
+        "{sizes:?}"
+    );
+    assert!(tables.iter().all(|t| t.filter_format == "test.SizedBloom"));
+    db.reset_stats();
+    let mut false_positives = 0;
+    for i in 0..153_000u64 {
+        assert_eq!(db.get(key(i * 2)).unwrap(), Some(vec![7u8; 24]), "key {i}");
+        if i % 3 == 0 {
+            assert_eq!(db.get(key(i * 2 + 1)).unwrap(), None);
+        }
+    }
+    false_positives += db.stats().filter_false_positives;
+    // The filters still filter: about 1% per check, far from every check.
+    assert!(false_positives < 5_000, "{false_positives}");
+}
+
+#[test]
+fn a_flush_and_a_compaction_size_their_runs_as_the_allocation_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.filter_budget = FilterBudget::Monkey;
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    let flush = |range: std::ops::Range<u64>| {
+        for i in range {
+            db.put(key(i), [3u8; 8]).unwrap();
+        }
+        db.flush().unwrap();
+    };
+    flush(0..200);
+    flush(200..700);
+    let tables = db.tables();
+    assert_eq!(tables.len(), 2);
+    // Level 0 newest first: the second flush saw the first table as a run
+    // of 200 keys and its own 500.
+    let expected = monkey_bits_per_key(10.0, &[200, 500]).unwrap()[1];
+    assert_eq!(tables[0].entries, 500);
+    let got = tables[0].filter_bits_per_key.unwrap();
+    assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+    assert!(got < 10.0);
+    // Compacting both into level 1 consumes them: the output is the only
+    // run, at the average.
+    db.compact().unwrap();
+    let tables = db.tables();
+    assert!(tables.iter().all(|t| t.level == 1));
+    for t in &tables {
+        let got = t.filter_bits_per_key.unwrap();
+        assert!((got - 10.0).abs() < 1e-9, "{t:?}");
+    }
 }

@@ -21,7 +21,7 @@
 //!     = b_avg - c (ln s_i + H),   H = -sum_j s_j ln s_j   (without clamping)
 //! ```
 //!
-//! so a run with a tenth of the keys gets `c ln 10` (about 5.4) more bits
+//! so a run with a tenth of the keys gets `c ln 10` (about 5.3) more bits
 //! per key than one with all of them, and a missing key's expected wasted
 //! reads fall from `runs x p(b_avg)` to `e^H x p(b_avg)`. Bits are clamped
 //! to [`MIN_BITS_PER_KEY`, `MAX_BITS_PER_KEY`]; [`monkey_bits_per_key`]
@@ -46,6 +46,7 @@ pub const MIN_BITS_PER_KEY: f64 = 1.0;
 
 /// How the engine sizes the filters of the tables it writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum FilterBudget {
     /// Every table's filter is built by
     /// [`Options::filter_policy`](crate::Options::filter_policy) as it is.
@@ -66,19 +67,29 @@ pub enum FilterBudget {
 
 /// The slope `c` of the blocked Bloom filter's theoretical false-positive
 /// rate around `bits_per_key`: bits per key that divide the rate by `e`
-/// (see the module documentation).
+/// (see the module documentation), from the rates 2 bits below and above
+/// (within [1, 100]). `bits_per_key` is clamped to [1, 100] (NaN counts as
+/// 10). About 2.2 at 6-10 bits/key, 2.5 at 10-16, up to 9.6 near 60, where
+/// the probe count stops growing.
 pub fn fp_slope_bits(bits_per_key: f64) -> f64 {
     const SPAN: f64 = 2.0;
-    let lo = (bits_per_key - SPAN).max(MIN_BITS_PER_KEY);
-    let hi = (bits_per_key + SPAN).min(MAX_BITS_PER_KEY);
+    let b = if bits_per_key.is_nan() {
+        10.0
+    } else {
+        bits_per_key.clamp(MIN_BITS_PER_KEY, MAX_BITS_PER_KEY)
+    };
+    let lo = (b - SPAN).max(MIN_BITS_PER_KEY);
+    let hi = (b + SPAN).min(MAX_BITS_PER_KEY);
     let fp = |b: f64| blocked_bloom_fp_rate(b, probes_for_bits_per_key(b));
     let ratio = (fp(lo) / fp(hi)).ln();
     if ratio.is_finite() && ratio > 0.0 {
         (hi - lo) / ratio
     } else {
-        // Past ~60 bits/key the rate underflows f64; there every further
-        // bit buys about as much as at the top of the table's range.
-        std::f64::consts::LOG2_E * 2.0
+        // Not reached for the theory as it is (its rate is positive and
+        // falls over the whole range, 1.6e-10 at 100 bits/key); a guard
+        // against a division by zero should it ever flatten: the slope of
+        // an ideal Bloom filter.
+        1.0 / (std::f64::consts::LN_2 * std::f64::consts::LN_2)
     }
 }
 
@@ -258,7 +269,13 @@ mod tests {
     fn the_slope_follows_the_theory() {
         let c = fp_slope_bits(10.0);
         assert!((2.0..3.0).contains(&c), "{c}");
-        assert!(fp_slope_bits(1.0) > 0.0 && fp_slope_bits(100.0) > 0.0);
+        for b in (4..=400).map(|q| q as f64 / 4.0) {
+            let c = fp_slope_bits(b);
+            assert!(c.is_finite() && (1.0..12.0).contains(&c), "{b}: {c}");
+        }
+        assert_eq!(fp_slope_bits(f64::NAN), fp_slope_bits(10.0));
+        assert_eq!(fp_slope_bits(-5.0), fp_slope_bits(1.0));
+        assert_eq!(fp_slope_bits(1e9), fp_slope_bits(100.0));
     }
 
     #[test]

@@ -122,8 +122,10 @@ pub trait FilterPolicy: Send + Sync {
 
     /// The same policy at `bits_per_key` (in the unit of
     /// [`budget_bits_per_key`](Self::budget_bits_per_key)), with the same
-    /// [`name`](Self::name), so its tables read like the original's. `None`
-    /// (the default) for a policy with one size.
+    /// [`name`](Self::name). `None` (the default) for a policy with one
+    /// size. Tables record the size their filter was built for, and the
+    /// engine reads a custom policy's filter through the configured policy
+    /// resized to that size, so the bytes need not say it.
     fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
         let _ = bits_per_key;
         None

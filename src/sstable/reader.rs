@@ -17,14 +17,15 @@ use memmap2::Mmap;
 use super::block::{cmp_internal_parts, user_part, BlockCorruption, BlockView};
 use super::format::{
     block_crc, decode_properties, decode_u64_property, BlockHandle, Footer, BLOCK_TRAILER_LEN,
-    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BYTES,
-    PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ,
-    PROP_TOMBSTONES,
+    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY,
+    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY,
+    PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
 };
 use super::iter::TableIter;
 use super::{Found, TableMeta};
 use crate::error::{Error, Result};
-use crate::filter::{Filter, FilterPolicy};
+use crate::filter::bloom::MAX_BITS_PER_KEY;
+use crate::filter::{Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::key::{
     pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN,
 };
@@ -164,8 +165,27 @@ impl Table {
         table.load_index(footer.index, footer.filter.offset)?;
         table.load_meta(footer)?;
         let filter_bytes = table.block(footer.filter)?.to_vec();
-        table.filter = Filter::for_policy(&table.meta.filter_policy, filter_bytes, current_policy);
+        // A custom policy's filter is read by the policy at the size it was
+        // built for (a built-in filter describes itself, and a policy
+        // without sizes returns `None`).
+        let resized = match table.filter_bits_per_key() {
+            Some(bits) if !table.meta.filter_policy.starts_with(BUILTIN_NAME_PREFIX) => {
+                current_policy.with_budget_bits_per_key(bits)
+            }
+            _ => None,
+        };
+        let reader = resized.as_ref().unwrap_or(current_policy);
+        table.filter = Filter::for_policy(&table.meta.filter_policy, filter_bytes, reader);
         Ok(table)
+    }
+
+    /// The bits per key the table's filter was sized to
+    /// ([`PROP_FILTER_BITS_PER_KEY`]), when the table records a value in
+    /// [1, 100]; `None` for tables whose policy reports no size.
+    pub fn filter_bits_per_key(&self) -> Option<f64> {
+        let bytes = self.property(PROP_FILTER_BITS_PER_KEY)?;
+        let bits = f64::from_le_bytes(<[u8; 8]>::try_from(bytes).ok()?);
+        (1.0..=MAX_BITS_PER_KEY).contains(&bits).then_some(bits)
     }
 
     fn corrupt(&self, offset: u64, reason: impl Into<String>) -> Error {
