@@ -1,7 +1,9 @@
-//! Point reads through the whole engine (memtable miss, then tables), and the
-//! cost of feeding the hot-key sketch on the get path.
+//! Point reads through the whole engine (memtable miss, then tables), the
+//! cost of feeding the hot-key sketch on the get path, and batches of reads
+//! by `get` against `multi_get`.
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
+//! (`BATCH=n` sets the `engine_multi_get` batch size, default 64).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -54,5 +56,44 @@ fn gets(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gets);
+/// Batches of `BATCH` keys read by a loop of `get`s and by one
+/// `multi_get`, present and missing keys (the batches are built before
+/// timing, so key formatting is not measured).
+fn multi_gets(c: &mut Criterion) {
+    let batch_len: u64 = std::env::var("BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    const BATCHES: u64 = 1024;
+    let mut group = c.benchmark_group("engine_multi_get");
+    group.throughput(criterion::Throughput::Elements(batch_len));
+    let (_dir, db) = load(false);
+    for (label, offset) in [("present", 0u64), ("missing", 1)] {
+        let batches: Vec<Vec<Vec<u8>>> = (0..BATCHES)
+            .map(|b| {
+                (0..batch_len)
+                    .map(|j| key(((b * batch_len + j) * 7919 % KEYS) * 2 + offset))
+                    .collect()
+            })
+            .collect();
+        let mut next = 0usize;
+        group.bench_function(format!("{label}/get_loop"), |b| {
+            b.iter(|| {
+                next = (next + 1) % batches.len();
+                for k in &batches[next] {
+                    black_box(db.get(k).expect("get"));
+                }
+            })
+        });
+        group.bench_function(format!("{label}/multi_get"), |b| {
+            b.iter(|| {
+                next = (next + 1) % batches.len();
+                black_box(db.multi_get(&batches[next]).expect("multi_get"))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, gets, multi_gets);
 criterion_main!(benches);

@@ -429,6 +429,21 @@ impl Db {
         self.inner.get(key.as_ref())
     }
 
+    /// The values of `keys`, all read at one point in time: answer `i` is
+    /// what [`get`](Self::get)`(keys[i])` returns, with every key seen as of
+    /// the same moment (a [`WriteBatch`] written meanwhile is seen whole or
+    /// not at all, across all the keys; a loop of `get`s can see half of
+    /// it). Keys may repeat and come in any order. The read counters move
+    /// as they would for as many `get`s, and a batch costs about what the
+    /// loop would (`benches/engine.rs`, `engine_multi_get`).
+    ///
+    /// Fails with [`Error::InvalidArgument`] if any key is empty or longer
+    /// than [`Options::max_key_bytes`], before anything is read.
+    pub fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.check_open()?;
+        self.inner.multi_get(keys)
+    }
+
     /// A point-in-time scan of the keys in `range`, ascending.
     pub fn scan<K, R>(&self, range: R) -> Result<DbIterator>
     where
@@ -872,14 +887,12 @@ impl DbInner {
         Ok(())
     }
 
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.validate_key(key)?;
-        ReadCounters::add(&self.counters.gets, 1);
-        let hash = key_hash(key);
+    /// Feeds one read in [`HOT_KEYS_SAMPLE_EVERY`] (per thread) to the
+    /// hot-key sketch, never waiting: under contention the observation is
+    /// skipped rather than serialising readers on the sketch.
+    #[inline]
+    fn sample_read(&self, key: &[u8], hash: u64) {
         if let Some(hot) = &self.hot_keys {
-            // One read in HOT_KEYS_SAMPLE_EVERY (per thread) feeds the
-            // sketch, and never waits: under contention the observation is
-            // skipped rather than serialising readers on the sketch.
             let sampled = HOT_KEYS_SAMPLE.with(|n| {
                 let next = n.get().wrapping_add(1);
                 n.set(next);
@@ -891,9 +904,29 @@ impl DbInner {
                 }
             }
         }
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.validate_key(key)?;
+        ReadCounters::add(&self.counters.gets, 1);
+        let hash = key_hash(key);
+        self.sample_read(key, hash);
         // A short-lived guard: no reference-count traffic on the hot path.
         let sv = self.sv.load();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
+        self.get_at(&sv, snapshot, key, hash)
+    }
+
+    /// The value of `key` (hashed to `hash`) in super version `sv` at
+    /// sequence `snapshot`: memtables newest first, then the tables.
+    #[inline]
+    fn get_at(
+        &self,
+        sv: &SuperVersion,
+        snapshot: SequenceNumber,
+        key: &[u8],
+        hash: u64,
+    ) -> Result<Option<Vec<u8>>> {
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if mem.is_empty() {
                 continue;
@@ -908,6 +941,24 @@ impl DbInner {
             Some(found) if found.kind == ValueKind::Put => Some(found.value),
             _ => None,
         })
+    }
+
+    fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        for key in keys {
+            self.validate_key(key.as_ref())?;
+        }
+        ReadCounters::add(&self.counters.gets, keys.len() as u64);
+        // One super version and one snapshot for every key.
+        let sv = self.sv.load();
+        let snapshot = self.visible_seq.load(Ordering::Acquire);
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = key.as_ref();
+            let hash = key_hash(key);
+            self.sample_read(key, hash);
+            values.push(self.get_at(&sv, snapshot, key, hash)?);
+        }
+        Ok(values)
     }
 
     fn scan(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> DbIterator {

@@ -26,8 +26,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! * [`Db`]: open, put, get, delete, atomic [`WriteBatch`]es, range scans,
-//!   flush, compaction, statistics.
+//! * [`Db`]: open, put, get, `multi_get` (many keys at one snapshot),
+//!   delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
+//!   statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;
 //!   [`FilterBudget`] sizes each sorted run's filters (Monkey) through

@@ -1,0 +1,148 @@
+//! `Db::multi_get`: the answers and read counters of as many `get`s, all at
+//! one point in time.
+#![allow(clippy::field_reassign_with_default)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::{key, policies, small_options, Rng};
+use sievedb::{Db, Error, Stats, WriteBatch};
+
+/// The counters a point read moves.
+fn read_counters(s: &Stats) -> [u64; 6] {
+    [
+        s.gets,
+        s.filter_checks,
+        s.filter_negatives,
+        s.filter_false_positives,
+        s.filter_true_positives,
+        s.get_data_block_reads,
+    ]
+}
+
+#[test]
+fn multi_get_answers_and_counts_like_get() {
+    for policy in policies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = small_options();
+        opts.filter_policy = Arc::clone(&policy);
+        // No compaction between the two ways of reading, so they see the
+        // same tables.
+        opts.background_compaction = false;
+        let db = Db::open(dir.path(), opts).unwrap();
+        let mut rng = Rng(11);
+        // Keys 0..40,000 in several rounds of puts, overwrites and deletes,
+        // spread over the memtable, level-0 tables and deeper levels.
+        for round in 0..4u64 {
+            for _ in 0..15_000 {
+                let k = rng.below(40_000);
+                if rng.below(10) == 0 {
+                    db.delete(key(k)).unwrap();
+                } else {
+                    db.put(key(k), format!("{k}:{round}")).unwrap();
+                }
+            }
+            db.flush().unwrap();
+            if round == 1 {
+                db.compact().unwrap();
+            }
+        }
+        for _ in 0..2_000 {
+            let k = rng.below(40_000);
+            db.put(key(k), format!("{k}:memtable")).unwrap();
+        }
+        assert!(db.stats().levels[0].tables > 0);
+        assert!(db.stats().levels.iter().skip(1).any(|l| l.tables > 0));
+
+        for batch_len in [0usize, 1, 7, 64, 1_000, 5_000] {
+            // Present, deleted and never-written keys (up to 50,000), with
+            // repeats.
+            let keys: Vec<Vec<u8>> = (0..batch_len).map(|_| key(rng.below(50_000))).collect();
+            db.reset_stats();
+            let singles: Vec<Option<Vec<u8>>> = keys.iter().map(|k| db.get(k).unwrap()).collect();
+            let single_counts = read_counters(&db.stats());
+            db.reset_stats();
+            let batched = db.multi_get(&keys).unwrap();
+            let batch_counts = read_counters(&db.stats());
+            assert_eq!(batched, singles, "{} batch of {batch_len}", policy.name());
+            assert_eq!(
+                batch_counts,
+                single_counts,
+                "{} batch of {batch_len}: counters",
+                policy.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn multi_get_sees_one_point_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.memtable_bytes = 16 << 10;
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    let group: Vec<Vec<u8>> = (0..50).map(|i| key(i * 1_000)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, group, stop) = (Arc::clone(&db), group.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Every key of the group gets the same value in one batch,
+                // plus filler keys so that memtables fill and flush.
+                let mut batch = WriteBatch::new();
+                for k in &group {
+                    batch.put(k, round.to_le_bytes());
+                }
+                for f in 0..20 {
+                    batch.put(key(round * 20 + f + 100_000), [0u8; 64]);
+                }
+                db.write(&batch).unwrap();
+                round += 1;
+            }
+            round
+        })
+    };
+    let mut reads = 0;
+    let mut seen_values = std::collections::HashSet::new();
+    while reads < 3_000 {
+        let values = db.multi_get(&group).unwrap();
+        let first = &values[0];
+        assert!(
+            values.iter().all(|v| v == first),
+            "read {reads} saw a batch half written: {values:?}"
+        );
+        seen_values.insert(first.clone());
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(rounds > 0);
+    // The reads overlapped the writes (not all of one state).
+    assert!(seen_values.len() > 1, "{rounds} rounds written");
+    assert!(db.stats().flushes > 0, "the group also lived in tables");
+}
+
+#[test]
+fn multi_get_rejects_bad_keys_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_options()).unwrap();
+    db.put(key(1), b"v").unwrap();
+    db.reset_stats();
+    let too_long = vec![b'k'; small_options().max_key_bytes + 1];
+    for bad in [vec![key(1), Vec::new()], vec![key(1), too_long]] {
+        let err = db.multi_get(&bad).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+    assert_eq!(db.stats().gets, 0, "nothing read");
+    assert_eq!(
+        db.multi_get(&[key(1), key(2)]).unwrap(),
+        vec![Some(b"v".to_vec()), None]
+    );
+    assert_eq!(
+        db.multi_get::<Vec<u8>>(&[]).unwrap(),
+        Vec::<Option<Vec<u8>>>::new()
+    );
+}
