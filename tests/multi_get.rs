@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{key, policies, small_options, Rng};
@@ -49,7 +49,9 @@ fn multi_get_answers_and_counts_like_get() {
                 db.compact().unwrap();
             }
         }
-        for _ in 0..2_000 {
+        // A few hundred writes stay in the memtable (no flush starts while
+        // the two ways of reading are compared).
+        for _ in 0..300 {
             let k = rng.below(40_000);
             db.put(key(k), format!("{k}:memtable")).unwrap();
         }
@@ -85,8 +87,10 @@ fn multi_get_sees_one_point_in_time() {
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
     let group: Vec<Vec<u8>> = (0..50).map(|i| key(i * 1_000)).collect();
     let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
     let writer = {
         let (db, group, stop) = (Arc::clone(&db), group.clone(), Arc::clone(&stop));
+        let written = Arc::clone(&written);
         std::thread::spawn(move || {
             let mut round = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -101,13 +105,16 @@ fn multi_get_sees_one_point_in_time() {
                 }
                 db.write(&batch).unwrap();
                 round += 1;
+                written.store(round, Ordering::Relaxed);
             }
             round
         })
     };
     let mut reads = 0;
     let mut seen_values = std::collections::HashSet::new();
-    while reads < 3_000 {
+    // Read until the writer has written enough rounds to have flushed
+    // several memtables meanwhile.
+    while reads < 3_000 || written.load(Ordering::Relaxed) < 500 {
         let values = db.multi_get(&group).unwrap();
         let first = &values[0];
         assert!(
