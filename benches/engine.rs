@@ -77,7 +77,7 @@ fn multi_gets(c: &mut Criterion) {
             })
             .collect();
         let mut next = 0usize;
-        group.bench_function(format!("{label}/get_loop"), |b| {
+        group.bench_function(format!("{label}/get_loop/{batch_len}"), |b| {
             b.iter(|| {
                 next = (next + 1) % batches.len();
                 for k in &batches[next] {
@@ -85,7 +85,7 @@ fn multi_gets(c: &mut Criterion) {
                 }
             })
         });
-        group.bench_function(format!("{label}/multi_get"), |b| {
+        group.bench_function(format!("{label}/multi_get/{batch_len}"), |b| {
             b.iter(|| {
                 next = (next + 1) % batches.len();
                 black_box(db.multi_get(&batches[next]).expect("multi_get"))

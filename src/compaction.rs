@@ -234,15 +234,16 @@ impl DbInner {
         }
     }
 
-    /// Runs compactions in the caller's thread until no level needs one and
-    /// level 0 is empty: the level-0 tables left below the trigger are
-    /// merged into level 1 too (every point read checks each of them, and
-    /// how many are left would otherwise depend on when the background
-    /// compactions ran).
+    /// Runs compactions in the caller's thread until no level needs one, then
+    /// merges the level-0 tables present when it started into level 1 even
+    /// below the trigger (every point read checks each of them, and how many
+    /// are left would otherwise depend on when the background compactions
+    /// ran). That last step is skipped when level 1 is the last level: there
+    /// it would rewrite the whole database.
     ///
-    /// Only the level-0 tables present when it starts are waited for: with
-    /// writers still flushing, it returns once those are merged rather than
-    /// chasing every new table.
+    /// The last step only takes the tables present at the start; the
+    /// score-based compactions before it run as long as concurrent writers
+    /// keep a level over its target.
     pub(crate) fn compact_until_balanced(&self) -> Result<()> {
         let level0_at_start: Vec<u64> = self.current().version.levels[0]
             .iter()
@@ -257,7 +258,7 @@ impl DbInner {
                     .any(|t| level0_at_start.contains(&t.record.file_number));
                 // All of level 0 at once: its tables overlap, so older ones
                 // must not stay behind newer ones.
-                (waiting && version.levels.len() > 1)
+                (waiting && version.levels.len() > 2)
                     .then(|| db.job_for(&version, 0, 1, level0.clone()))
             })
         };

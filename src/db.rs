@@ -473,10 +473,16 @@ impl Db {
         self.inner.flush()
     }
 
-    /// Runs compactions until no level is over its target and the level-0
-    /// tables present at the call are merged into level 1 (also those below
-    /// the trigger), blocking until done. Without concurrent writes level 0
-    /// is then empty and a point read consults at most one table per level.
+    /// Runs compactions until no level is over its target, then merges the
+    /// level-0 tables present at the call into level 1 (also when they are
+    /// below the trigger), blocking until done. After [`flush`](Self::flush)
+    /// and without concurrent writes, level 0 is then empty and a point read
+    /// consults at most one table per level. With writers running it
+    /// returns once no level is over its target, which they may delay.
+    ///
+    /// With [`Options::num_levels`] = 2 the level-0 tables below the trigger
+    /// stay: level 1 is then the whole database, and merging them would
+    /// rewrite it.
     pub fn compact(&self) -> Result<()> {
         self.check_open()?;
         self.inner.compact_until_balanced()

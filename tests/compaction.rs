@@ -252,3 +252,27 @@ fn compacted_inputs_are_deleted_only_after_readers_let_go() {
     drop(scan);
     assert_eq!(sst_files(), after.len());
 }
+
+/// With two levels, `compact()` leaves level-0 tables below the trigger in
+/// place: merging them would rewrite level 1, the whole database.
+#[test]
+fn compact_keeps_small_level0_when_level1_is_the_last_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.num_levels = 2;
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..20_000 {
+        db.put(key(i), [5u8; 32]).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    db.put(key(7), b"new").unwrap();
+    db.flush().unwrap();
+    let written = db.stats().compaction_bytes_written;
+    db.compact().unwrap();
+    let stats = db.stats();
+    assert_eq!(stats.levels[0].tables, 1);
+    assert_eq!(stats.compaction_bytes_written, written, "nothing rewritten");
+    assert_eq!(db.get(key(7)).unwrap(), Some(b"new".to_vec()));
+}

@@ -153,3 +153,22 @@ fn multi_get_rejects_bad_keys_before_reading() {
         Vec::<Option<Vec<u8>>>::new()
     );
 }
+
+#[test]
+fn multi_get_feeds_the_hot_key_sketch() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_options()).unwrap();
+    for i in 0..100 {
+        db.put(key(i), b"v").unwrap();
+    }
+    // One key read 800 times among 200 others read once each.
+    let mut keys: Vec<Vec<u8>> = (0..200).map(|i| key(1_000 + i)).collect();
+    keys.extend(std::iter::repeat_n(key(42), 800));
+    db.multi_get(&keys).unwrap();
+    let top = db.hot_keys(1);
+    assert_eq!(
+        top.first().map(|(k, _)| k.clone()),
+        Some(key(42)),
+        "{top:?}"
+    );
+}
