@@ -241,6 +241,8 @@ fn bad_arguments_are_rejected_with_a_message() {
         vec!["--engine", "leveldb"],
         vec!["--reads", "18446744073709551615"],
         vec!["--scans", "0"],
+        vec!["--memtable-kib", "18446744073709551615"],
+        vec!["--level1-kib", "0", "--benchmarks", "fillseq,readrandom"],
     ] {
         let out = Command::new(BIN)
             .args(&args)

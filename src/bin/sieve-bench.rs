@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 
-use engine::{theoretical_fp_rate, Engine, PolicyKind, SieveEngine};
+use engine::{theoretical_fp_rate, Engine, PolicyKind, SieveEngine, SieveSettings};
 use error::{io_err, BenchError, BenchResult};
 use keys::KeySpace;
 use report::{Machine, MissingCheck, Report, Run, ShapeSummary};
@@ -88,6 +88,14 @@ struct Args {
     /// the policy column then reads e.g. `bloom+monkey`). Peers ignore it.
     #[arg(long, value_enum, default_value_t = BudgetArg::Uniform)]
     filter_budget: BudgetArg,
+    /// sievedb's memtable size in KiB [default: the engine's, 4096].
+    #[arg(long)]
+    memtable_kib: Option<u64>,
+    /// sievedb's level-1 target size in KiB [default: the engine's, 65536];
+    /// each deeper level is 10 times the one above, so a smaller level 1
+    /// makes a load fill more levels.
+    #[arg(long)]
+    level1_kib: Option<u64>,
     /// Gets per read phase [default: min(num, 200000)].
     #[arg(long)]
     reads: Option<u64>,
@@ -143,6 +151,7 @@ struct Plan {
 
 fn plan(args: &Args) -> BenchResult<Plan> {
     let ks = KeySpace::new(args.num, args.key_size, args.value_size, args.seed)?;
+    sieve_settings(args)?;
     if args.threads == 0 || args.threads > 1024 {
         return Err(BenchError::Invalid(format!(
             "--threads must be in 1..=1024, got {}",
@@ -246,19 +255,43 @@ impl BudgetArg {
     }
 }
 
+/// KiB to bytes; too large a count is an error, not a wrapped size.
+fn kib_to_bytes(flag: &str, kib: Option<u64>) -> BenchResult<Option<u64>> {
+    kib.map(|k| {
+        k.checked_mul(1024)
+            .ok_or_else(|| BenchError::Invalid(format!("{flag} {k} is too large")))
+    })
+    .transpose()
+}
+
+/// The sievedb settings the arguments ask for.
+fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
+    let memtable = kib_to_bytes("--memtable-kib", args.memtable_kib)?
+        .map(|b| {
+            usize::try_from(b)
+                .map_err(|_| BenchError::Invalid("--memtable-kib is too large".into()))
+        })
+        .transpose()?;
+    Ok(SieveSettings {
+        filter_budget: args.filter_budget.budget(),
+        memtable_bytes: memtable,
+        level1_bytes: kib_to_bytes("--level1-kib", args.level1_kib)?,
+    })
+}
+
 fn open_engine(
     name: &str,
     dir: &Path,
     policy: PolicyKind,
     bits_per_key: f64,
-    budget: FilterBudget,
+    settings: SieveSettings,
 ) -> BenchResult<Option<Box<dyn Engine>>> {
     match name {
         "sievedb" => Ok(Some(Box::new(SieveEngine::open(
             dir,
             policy,
             bits_per_key,
-            budget,
+            settings,
         )?))),
         #[cfg(feature = "peer-rocksdb")]
         "rocksdb" => Ok(Some(Box::new(peers::RocksEngine::open(
@@ -339,8 +372,9 @@ fn run_one(
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
     }
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    let budget = args.filter_budget.budget();
-    let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, budget)?
+    let settings = sieve_settings(args)?;
+    let budget = settings.filter_budget;
+    let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, settings)?
     else {
         eprintln!("{engine_name} has no {} filter: skipped", policy.name());
         return Ok(None);

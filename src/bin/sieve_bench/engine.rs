@@ -152,7 +152,20 @@ pub fn theoretical_fp_rate(kind: PolicyKind, bits_per_key: f64) -> BenchResult<f
     })
 }
 
-/// sievedb with default options and the chosen filter policy and budget.
+/// sievedb settings beyond the filter policy: the filter budget and,
+/// optionally, the memtable and level-1 sizes (the engine's defaults
+/// otherwise), which set how many levels a load fills.
+#[derive(Debug, Clone, Copy)]
+pub struct SieveSettings {
+    /// `Options::filter_budget`.
+    pub filter_budget: FilterBudget,
+    /// `Options::memtable_bytes`, if not the default.
+    pub memtable_bytes: Option<usize>,
+    /// `Options::level1_bytes`, if not the default.
+    pub level1_bytes: Option<u64>,
+}
+
+/// sievedb with default options but the chosen filter policy and settings.
 pub struct SieveEngine {
     dir: PathBuf,
     opts: Options,
@@ -165,12 +178,15 @@ impl SieveEngine {
         dir: &Path,
         kind: PolicyKind,
         bits_per_key: f64,
-        filter_budget: FilterBudget,
+        settings: SieveSettings,
     ) -> BenchResult<SieveEngine> {
+        let defaults = Options::default();
         let opts = Options {
             filter_policy: sieve_policy(kind, bits_per_key)?,
-            filter_budget,
-            ..Options::default()
+            filter_budget: settings.filter_budget,
+            memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
+            level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
+            ..defaults
         };
         let db = Db::open(dir, opts.clone())?;
         Ok(SieveEngine {
