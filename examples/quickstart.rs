@@ -1,4 +1,4 @@
-//! Open a database, write, read, scan, switch the filter policy across a
+//! Open a database, write, read, scan, read a snapshot, switch the filter policy across a
 //! reopen, and print the read I/O statistics.
 //!
 //! Run: `cargo run --release --example quickstart`
@@ -34,6 +34,17 @@ fn main() -> Result<()> {
         db.put(format!("user:{i:06}"), i.to_le_bytes())?;
     }
     db.flush()?;
+
+    // A snapshot keeps answering as of its moment while the database moves on.
+    let snap = db.snapshot()?;
+    db.put(b"banana", b"green")?;
+    db.compact_all()?;
+    println!(
+        "banana now {:?}, in the snapshot {:?}",
+        db.get(b"banana")?.map(String::from_utf8),
+        snap.get(b"banana")?.map(String::from_utf8)
+    );
+    drop(snap);
 
     println!("banana = {:?}", db.get(b"banana")?.map(String::from_utf8));
     println!("apple  = {:?}", db.get(b"apple")?);

@@ -42,6 +42,7 @@ use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
 use crate::options::Options;
 use crate::sketch::{HeavyHitters, HyperLogLog};
+use crate::snapshot::Snapshot;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
 use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
 use crate::version::{
@@ -67,6 +68,18 @@ const HOT_KEYS_SAMPLE_EVERY: u32 = 8;
 thread_local! {
     /// Point reads made by this thread, for hot-key sampling.
     static HOT_KEYS_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The bounds of `range` as owned keys.
+pub(crate) fn owned_bounds<K: AsRef<[u8]>, R: RangeBounds<K>>(
+    range: &R,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let own = |b: Bound<&K>| match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (own(range.start_bound()), own(range.end_bound()))
 }
 
 /// Name of write-ahead log `number`.
@@ -451,14 +464,25 @@ impl Db {
         R: RangeBounds<K>,
     {
         self.check_open()?;
-        let own = |b: Bound<&K>| match b {
-            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
-            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        Ok(self
-            .inner
-            .scan(own(range.start_bound()), own(range.end_bound())))
+        let (lower, upper) = owned_bounds(&range);
+        Ok(self.inner.scan(lower, upper))
+    }
+
+    /// A read-only view of the database as of this moment: every read
+    /// through it ([`Snapshot::get`], [`Snapshot::multi_get`],
+    /// [`Snapshot::scan`]) sees exactly the writes acknowledged before the
+    /// call, whatever is written, flushed or compacted afterwards. A
+    /// [`WriteBatch`] is seen whole or not at all.
+    ///
+    /// The snapshot pins what it reads: the memtables and table files of
+    /// this moment stay in memory and on disk until it is dropped (as for
+    /// an open [`scan`](Self::scan)), so drop long-lived snapshots when done.
+    /// Taking one costs a reference count; it borrows the `Db`, so the
+    /// database cannot be closed while it lives.
+    pub fn snapshot(&self) -> Result<Snapshot<'_>> {
+        self.check_open()?;
+        let (sv, sequence) = self.inner.read_view();
+        Ok(Snapshot::new(&self.inner, sv, sequence))
     }
 
     /// A point-in-time scan of the whole key space, ascending.
@@ -923,6 +947,31 @@ impl DbInner {
         self.get_at(&sv, snapshot, key, hash)
     }
 
+    /// A pinned read view: the current super version, then the published
+    /// sequence number, in the order [`get`](Self::get) reads them. A batch
+    /// lands in one memtable before its last sequence number is published,
+    /// so every batch at or below the sequence is in the super version's
+    /// memtables or tables, and none above it is visible.
+    pub(crate) fn read_view(&self) -> (Arc<SuperVersion>, SequenceNumber) {
+        let sv = self.current();
+        let snapshot = self.visible_seq.load(Ordering::Acquire);
+        (sv, snapshot)
+    }
+
+    /// [`get`](Self::get) in a pinned read view.
+    pub(crate) fn get_in(
+        &self,
+        sv: &SuperVersion,
+        snapshot: SequenceNumber,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        self.validate_key(key)?;
+        ReadCounters::add(&self.counters.gets, 1);
+        let hash = key_hash(key);
+        self.sample_read(key, hash);
+        self.get_at(sv, snapshot, key, hash)
+    }
+
     /// The value of `key` (hashed to `hash`) in super version `sv` at
     /// sequence `snapshot`: memtables newest first, then the tables.
     #[inline]
@@ -953,23 +1002,57 @@ impl DbInner {
         for key in keys {
             self.validate_key(key.as_ref())?;
         }
-        ReadCounters::add(&self.counters.gets, keys.len() as u64);
         // One super version and one snapshot for every key.
         let sv = self.sv.load();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
+        self.multi_get_validated(&sv, snapshot, keys)
+    }
+
+    /// [`multi_get`](Self::multi_get) in a pinned read view.
+    pub(crate) fn multi_get_in<K: AsRef<[u8]>>(
+        &self,
+        sv: &SuperVersion,
+        snapshot: SequenceNumber,
+        keys: &[K],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        for key in keys {
+            self.validate_key(key.as_ref())?;
+        }
+        self.multi_get_validated(sv, snapshot, keys)
+    }
+
+    /// The values of `keys`, already validated, in `sv` at `snapshot`.
+    fn multi_get_validated<K: AsRef<[u8]>>(
+        &self,
+        sv: &SuperVersion,
+        snapshot: SequenceNumber,
+        keys: &[K],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        ReadCounters::add(&self.counters.gets, keys.len() as u64);
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
             let key = key.as_ref();
             let hash = key_hash(key);
             self.sample_read(key, hash);
-            values.push(self.get_at(&sv, snapshot, key, hash)?);
+            values.push(self.get_at(sv, snapshot, key, hash)?);
         }
         Ok(values)
     }
 
     fn scan(&self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> DbIterator {
-        let sv = self.current();
-        let snapshot = self.visible_seq.load(Ordering::Acquire);
+        let (sv, snapshot) = self.read_view();
+        self.scan_in(sv, snapshot, lower, upper)
+    }
+
+    /// A scan of `lower..upper` in a pinned read view; the iterator keeps
+    /// `sv` (and so its memtables and table files) alive.
+    pub(crate) fn scan_in(
+        &self,
+        sv: Arc<SuperVersion>,
+        snapshot: SequenceNumber,
+        lower: Bound<Vec<u8>>,
+        upper: Bound<Vec<u8>>,
+    ) -> DbIterator {
         let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             children.push(Box::new(mem.iter()));

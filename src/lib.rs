@@ -13,10 +13,13 @@
 //! opts.filter_policy = Arc::new(RibbonPolicy::new(10.0));
 //! let db = Db::open("/tmp/sievedb-doc", opts)?;
 //! db.put(b"k", b"v")?;
+//! let snap = db.snapshot()?;
 //! let mut batch = WriteBatch::new();
 //! batch.put(b"a", b"1").delete(b"k");
 //! db.write(&batch)?;
 //! assert_eq!(db.get(b"a")?, Some(b"1".to_vec()));
+//! assert_eq!(snap.get(b"k")?, Some(b"v".to_vec())); // as of the snapshot
+//! drop(snap);
 //! for item in db.scan(b"a".as_slice()..b"z".as_slice())? {
 //!     let (key, value) = item?;
 //!     println!("{key:?} = {value:?}");
@@ -27,7 +30,7 @@
 //! ```
 //!
 //! * [`Db`]: open, put, get, `multi_get` (many keys at one snapshot),
-//!   delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
+//!   [`Snapshot`]s (a pinned read view), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
 //!   statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;
@@ -61,6 +64,7 @@ mod memtable;
 mod merge;
 mod options;
 pub mod sketch;
+mod snapshot;
 pub mod sstable;
 pub mod stats;
 pub mod verify;
@@ -73,5 +77,6 @@ pub use error::{Error, Result};
 pub use filter::budget::FilterBudget;
 pub use merge::DbIterator;
 pub use options::{CompactionPick, Options};
+pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats, TableInfo};
 pub use verify::{Problem, VerifyReport};
