@@ -521,6 +521,27 @@ impl Db {
         self.inner.compact_all()
     }
 
+    /// Writes a consistent copy of the database into directory `dest`
+    /// (created if missing; it must be absent or empty), which
+    /// [`Db::open`] opens as a database of its own. Writers and readers go
+    /// on meanwhile.
+    ///
+    /// The copy holds every write acknowledged before the call (the
+    /// memtable is flushed first) and possibly some made during it, always
+    /// whole batches. Table files are hard-linked where the filesystem
+    /// allows (no data copied; the two databases then share those
+    /// immutable files, and each deletes only its own names), otherwise
+    /// copied and synced; the copy's manifest and `CURRENT` are synced
+    /// before this returns, so the checkpoint survives a crash.
+    ///
+    /// Errors: [`Error::InvalidArgument`] if `dest` exists and is not an
+    /// empty directory (nothing is written), [`Error::Io`] naming the file
+    /// that failed (the files made so far are removed, best effort).
+    pub fn checkpoint(&self, dest: impl AsRef<Path>) -> Result<()> {
+        self.check_open()?;
+        self.inner.checkpoint(dest.as_ref())
+    }
+
     /// A snapshot of the read I/O counters and the tree's shape.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
@@ -1075,7 +1096,7 @@ impl DbInner {
         )
     }
 
-    fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         {
             let mut w = self.writer.lock();
             self.check_writable()?;

@@ -43,6 +43,21 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
     /// Truncates `path` to `len` bytes (used to drop a torn log tail).
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    /// Makes `to` (which must not exist) a file with the contents of the
+    /// immutable file `from`, its data durable on return and its name once
+    /// `to`'s directory is synced: a hard link where the filesystem allows
+    /// one, otherwise a synced copy. Used by
+    /// [`Db::checkpoint`](crate::Db::checkpoint) for table files.
+    ///
+    /// The default copies through [`read`](Self::read),
+    /// [`create`](Self::create) and [`WritableFile::sync`], so an
+    /// implementation that tracks those calls sees the copy.
+    fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let data = self.read(from)?;
+        let mut file = self.create(to)?;
+        file.append(&data)?;
+        file.sync()
+    }
 }
 
 /// The real filesystem.
@@ -105,5 +120,16 @@ impl FileSystem for RealFs {
         let f = OpenOptions::new().write(true).open(path)?;
         f.set_len(len)?;
         f.sync_all()
+    }
+    fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
+        // A hard link shares the (already synced) data; it fails across
+        // filesystems and on some that lack links, where a copy does.
+        match fs::hard_link(from, to) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(e),
+            Err(_) => {}
+        }
+        fs::copy(from, to)?;
+        File::open(to)?.sync_all()
     }
 }

@@ -30,7 +30,8 @@
 //! ```
 //!
 //! * [`Db`]: open, put, get, `multi_get` (many keys at one snapshot),
-//!   [`Snapshot`]s (a pinned read view), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
+//!   [`Snapshot`]s (a pinned read view), checkpoints (an openable copy,
+//!   [`Db::checkpoint`]), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
 //!   statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;
@@ -52,6 +53,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod checkpoint;
 mod compaction;
 mod db;
 pub mod error;

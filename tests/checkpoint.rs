@@ -1,0 +1,245 @@
+//! `Db::checkpoint`: a consistent copy of a live database that opens on its
+//! own, holds every write acknowledged before the call, whole batches only,
+//! shares table files by hard links, and survives a power cut once the call
+//! returns.
+
+mod reliab;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use reliab::{batch, check, churn_options};
+use sievedb::fs::FaultFs;
+use sievedb::{Db, Error, Options};
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn unsynced_churn() -> Options {
+    Options {
+        sync_writes: false,
+        ..churn_options()
+    }
+}
+
+#[test]
+fn a_checkpoint_opens_with_the_writes_before_it_and_none_after() {
+    let base = tempfile::tempdir().unwrap();
+    let (src, dest) = (base.path().join("db"), base.path().join("backup/one"));
+    // Compactions only when asked, so no table of the source is deleted
+    // while the test compares the files.
+    let quiet = Options {
+        background_compaction: false,
+        ..unsynced_churn()
+    };
+    let db = Db::open(&src, quiet).unwrap();
+    for b in 1..=300 {
+        db.write(&batch(b)).unwrap();
+    }
+    db.compact().unwrap();
+    assert!(db.stats().compactions > 0, "tables on several levels");
+    let flushes = db.stats().flushes;
+    db.checkpoint(&dest).unwrap();
+    assert!(
+        db.stats().flushes > flushes,
+        "the newest batches came from the memtable"
+    );
+    // The tables are shared, not copied: same inode under both names.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let tables: Vec<String> = files(&dest)
+            .into_iter()
+            .filter(|n| n.ends_with(".sst"))
+            .collect();
+        assert!(!tables.is_empty());
+        for name in &tables {
+            let a = std::fs::metadata(src.join(name)).unwrap().ino();
+            let b = std::fs::metadata(dest.join(name)).unwrap().ino();
+            assert_eq!(a, b, "{name} was copied, not linked");
+        }
+    }
+    assert!(!files(&dest).iter().any(|n| n.ends_with(".log")));
+    // The source goes on: more batches, then everything rewritten, so the
+    // source deletes the names it shared.
+    for b in 301..=400 {
+        db.write(&batch(b)).unwrap();
+    }
+    db.compact_all().unwrap();
+
+    let copy = Db::open(&dest, unsynced_churn()).unwrap();
+    let found = check(&copy, 300, 300).unwrap();
+    assert_eq!(
+        found.present.len(),
+        300,
+        "exactly the batches before the call"
+    );
+    // Independent: writes to the copy do not reach the source.
+    copy.write(&batch(301)).unwrap();
+    copy.delete("counter").unwrap();
+    copy.compact_all().unwrap();
+    drop(copy);
+    let found = check(&db, 400, 400).unwrap();
+    assert_eq!(found.present.len(), 400);
+    drop(db);
+    // Reopening both again changes nothing.
+    let copy = Db::open(&dest, unsynced_churn()).unwrap();
+    assert_eq!(copy.get("counter").unwrap(), None);
+    assert_eq!(
+        copy.get("m00000301").unwrap(),
+        Some(301u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(copy.get("m00000302").unwrap(), None);
+}
+
+#[test]
+fn checkpoint_refuses_a_directory_that_is_not_empty() {
+    let base = tempfile::tempdir().unwrap();
+    let src = base.path().join("db");
+    let db = Db::open(&src, unsynced_churn()).unwrap();
+    db.write(&batch(1)).unwrap();
+    let busy = base.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("keep.txt"), b"mine").unwrap();
+    for dest in [busy.as_path(), src.as_path()] {
+        let before = files(dest);
+        let err = db.checkpoint(dest).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert_eq!(files(dest), before, "nothing written to {}", dest.display());
+    }
+    assert_eq!(std::fs::read(busy.join("keep.txt")).unwrap(), b"mine");
+    // An existing empty directory is fine.
+    let empty = base.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    db.checkpoint(&empty).unwrap();
+    let copy = Db::open(&empty, unsynced_churn()).unwrap();
+    assert_eq!(check(&copy, 1, 1).unwrap().present, vec![1]);
+}
+
+#[test]
+fn a_checkpoint_taken_under_a_writer_holds_a_prefix_of_whole_batches() {
+    let base = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(base.path().join("db"), unsynced_churn()).unwrap());
+    let acked = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, acked, stop) = (Arc::clone(&db), Arc::clone(&acked), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut b = 0;
+            while !stop.load(Ordering::Relaxed) && b < 20_000 {
+                b += 1;
+                db.write(&batch(b)).unwrap();
+                acked.store(b, Ordering::Release);
+            }
+        })
+    };
+    let mut taken = Vec::new();
+    for i in 0..4 {
+        while acked.load(Ordering::Acquire) < 200 * (i + 1) {
+            std::thread::yield_now();
+        }
+        let before = acked.load(Ordering::Acquire);
+        let dest = base.path().join(format!("cp{i}"));
+        db.checkpoint(&dest).unwrap();
+        let after = acked.load(Ordering::Acquire) + 1; // one may be in flight
+        taken.push((dest, before, after));
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    for (dest, before, after) in taken {
+        let copy = Db::open(&dest, unsynced_churn()).unwrap();
+        // Every batch acknowledged before the call, whole; later ones whole
+        // or absent, in order.
+        let found =
+            check(&copy, before, after).unwrap_or_else(|e| panic!("{}: {e}", dest.display()));
+        assert!(found.present.len() as u64 >= before);
+    }
+}
+
+#[test]
+fn a_checkpoint_survives_a_power_cut_once_it_returns() {
+    let base = tempfile::tempdir().unwrap();
+    let fs = FaultFs::new();
+    let opts = || Options {
+        fs: Arc::new(fs.clone()),
+        ..unsynced_churn()
+    };
+    let db = Db::open(base.path().join("db"), opts()).unwrap();
+    for b in 1..=150 {
+        db.write(&batch(b)).unwrap();
+    }
+    // Two directory levels that do not exist yet.
+    let dest = base.path().join("new/nested");
+    db.checkpoint(&dest).unwrap();
+    fs.power_cut();
+    drop(db);
+    fs.reboot().unwrap();
+    let copy = Db::open(&dest, opts()).unwrap();
+    assert_eq!(check(&copy, 150, 150).unwrap().present.len(), 150);
+}
+
+#[test]
+fn a_power_cut_during_a_checkpoint_leaves_no_current_or_a_whole_copy() {
+    let base = tempfile::tempdir().unwrap();
+    let mut complete = 0;
+    let mut absent = 0;
+    for at in 1..=40u64 {
+        let fs = FaultFs::new();
+        let opts = || Options {
+            fs: Arc::new(fs.clone()),
+            ..unsynced_churn()
+        };
+        let (src, dest) = (
+            base.path().join(format!("db{at}")),
+            base.path().join(format!("cp{at}")),
+        );
+        let db = Db::open(&src, opts()).unwrap();
+        for b in 1..=120 {
+            db.write(&batch(b)).unwrap();
+        }
+        db.flush().unwrap();
+        fs.cut_power_at(at).unwrap();
+        let result = db.checkpoint(&dest);
+        let cut = fs.is_cut();
+        drop(db);
+        fs.reboot().unwrap();
+        if result.is_ok() && !cut {
+            // The checkpoint needed fewer calls than `at`: done.
+            let copy = Db::open(&dest, opts()).unwrap();
+            assert_eq!(check(&copy, 120, 120).unwrap().present.len(), 120);
+            complete += 1;
+            continue;
+        }
+        // Cut before or during the checkpoint: if it named a manifest, the
+        // copy is whole; otherwise there is no CURRENT to mistake for one.
+        if dest.join("CURRENT").exists() {
+            let copy = Db::open(&dest, opts()).unwrap();
+            assert_eq!(
+                check(&copy, 120, 120).unwrap().present.len(),
+                120,
+                "cut at {at}"
+            );
+            complete += 1;
+        } else {
+            absent += 1;
+        }
+        // The source keeps everything it had flushed.
+        let db = Db::open(&src, opts()).unwrap();
+        assert_eq!(
+            check(&db, 120, 120).unwrap().present.len(),
+            120,
+            "cut at {at}"
+        );
+    }
+    assert!(
+        complete > 0 && absent > 0,
+        "{complete} complete, {absent} absent"
+    );
+}
