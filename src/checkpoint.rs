@@ -8,19 +8,23 @@
 //! the memtable is flushed first, so every write acknowledged before the
 //! call is in a table. Steps:
 //!
-//! 1. Check that the destination is absent or an empty directory; create
-//!    it and sync its parent, so that its entry survives a crash.
+//! 1. Check that the destination is absent or an empty directory.
 //! 2. Flush: every write acknowledged before the call reaches a level-0
 //!    table recorded in the manifest.
-//! 3. Under the background lock (no flush or compaction can install a new
-//!    state, and no table of the current state can be deleted meanwhile),
-//!    take the manifest state and link or copy each of its table files.
-//! 4. Write the manifest (one snapshot record, synced), sync the directory,
+//! 3. Create the destination and sync its parent, so that its entry
+//!    survives a crash.
+//! 4. Under the background lock, take the manifest state and the current
+//!    super version (installed together under that lock, so the super
+//!    version holds a handle to every table the state lists). Release the
+//!    lock; while the super version is pinned no file of those tables is
+//!    deleted. Link or copy each table file.
+//! 5. Write the manifest (one snapshot record, synced), sync the directory,
 //!    then write `CURRENT` (temp file, sync, rename, sync the directory), as
 //!    [`Manifest::create`] does for the database itself.
 //!
 //! `CURRENT` is written last, so a checkpoint interrupted by a crash has
-//! none; on failure the files made so far are removed (best effort).
+//! none; on an error the files made so far are removed, newest first
+//! (best effort), leaving the destination empty for a retry.
 //! Tables flushed after step 3 began are not included: a checkpoint holds a
 //! prefix of the write history (whole batches, since a batch lands in one
 //! memtable and memtables flush in order).
@@ -29,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use crate::db::DbInner;
 use crate::error::{Error, Result};
-use crate::manifest::{manifest_file_name, Manifest};
+use crate::manifest::{manifest_file_name, Manifest, CURRENT_FILE_NAME, CURRENT_TEMP_FILE_NAME};
 use crate::version::table_file_name;
 
 impl DbInner {
@@ -37,6 +41,12 @@ impl DbInner {
     /// documentation).
     pub(crate) fn checkpoint(&self, dest: &Path) -> Result<()> {
         let fs = self.fs.as_ref();
+        if dest.exists() && !dest.is_dir() {
+            return Err(Error::invalid(format!(
+                "checkpoint destination {} is not a directory",
+                dest.display()
+            )));
+        }
         match fs.list_dir(dest) {
             Ok(names) if names.is_empty() => {}
             Ok(_) => {
@@ -50,43 +60,60 @@ impl DbInner {
         }
         self.flush()?;
         // Directories this call creates: each one's entry is durable only
-        // once its parent is synced.
+        // once its parent is synced (the working directory for a relative
+        // path's first component).
         let created: Vec<&Path> = dest
             .ancestors()
             .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
             .collect();
         fs.create_dir_all(dest).map_err(|e| Error::io(dest, e))?;
         for dir in created.iter().rev() {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs.sync_dir(parent).map_err(|e| Error::io(parent, e))?;
-            }
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            fs.sync_dir(parent).map_err(|e| Error::io(parent, e))?;
         }
 
-        let mut made: Vec<PathBuf> = Vec::new();
-        let result = (|| {
+        // The manifest state and the super version are installed together
+        // under the background lock, so this super version holds a handle
+        // to every table the state lists: while it is pinned, none of their
+        // files is deleted, and the links or copies can run without the
+        // lock (a copy across filesystems can take long; writers need the
+        // lock at every memtable switch).
+        let (mut state, _pinned) = {
             let bg = self.bg.lock();
             if bg.shutdown {
                 return Err(Error::Closed);
             }
-            let mut state = bg.mstate.clone();
+            (bg.mstate.clone(), self.current())
+        };
+        // Every file this call may create, listed before it is created, in
+        // creation order: on failure they are removed newest first, so a
+        // `CURRENT` never outlives the manifest it names.
+        let mut made: Vec<PathBuf> = Vec::new();
+        let result = (|| {
             for record in state.levels.iter().flatten() {
                 let name = table_file_name(record.file_number);
                 let (from, to) = (self.dir.join(&name), dest.join(&name));
+                made.push(to.clone());
                 fs.link_or_copy(&from, &to).map_err(|e| Error::io(&to, e))?;
-                made.push(to);
             }
             // The checkpoint's own file numbers continue after the
             // database's; its manifest takes the next one.
             let number = state.next_file_number;
             state.next_file_number = number + 1;
             made.push(dest.join(manifest_file_name(number)));
+            made.push(dest.join(CURRENT_TEMP_FILE_NAME));
+            made.push(dest.join(CURRENT_FILE_NAME));
             Manifest::create(fs, dest, number, &state)?;
             Ok(())
         })();
         if result.is_err() {
-            for path in made {
-                let _ = fs.remove_file(&path);
+            for path in made.iter().rev() {
+                let _ = fs.remove_file(path);
             }
+            let _ = fs.sync_dir(dest);
         }
         result
     }

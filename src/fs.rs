@@ -55,8 +55,12 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
         let data = self.read(from)?;
         let mut file = self.create(to)?;
-        file.append(&data)?;
-        file.sync()
+        let written = file.append(&data).and_then(|()| file.sync());
+        if written.is_err() {
+            drop(file);
+            let _ = self.remove_file(to);
+        }
+        written
     }
 }
 
@@ -129,7 +133,10 @@ impl FileSystem for RealFs {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(e),
             Err(_) => {}
         }
-        fs::copy(from, to)?;
-        File::open(to)?.sync_all()
+        let copied = fs::copy(from, to).and_then(|_| File::open(to)?.sync_all());
+        if copied.is_err() {
+            let _ = fs::remove_file(to);
+        }
+        copied
     }
 }

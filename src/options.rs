@@ -91,6 +91,16 @@ pub struct Options {
     /// level-0 tables and small upper levels, fewer for the largest level,
     /// so a missing key meets fewer false positives for the same memory).
     pub filter_budget: FilterBudget,
+    /// When `Some(n)`, every new table's filter also holds the first `n`
+    /// bytes of each of its keys (keys shorter than `n` add no prefix), so
+    /// [`Db::scan_prefix`](crate::Db::scan_prefix) with a prefix of at
+    /// least `n` bytes skips, unread, the tables whose filter says no key
+    /// starts with it. Pick `n` as the length of the prefixes you scan
+    /// (e.g. a fixed-width user id). The filter holds keys plus distinct
+    /// prefixes, and is sized for both. Tables written without prefixes,
+    /// or with another length, are still read correctly (never skipped by
+    /// their filter). Must be in `1..=max_key_bytes`. Default: `None`.
+    pub prefix_filter_len: Option<usize>,
     /// The filesystem all writes go through (tests substitute one that
     /// simulates power loss and I/O errors). Default: the real one.
     pub fs: Arc<dyn FileSystem>,
@@ -101,6 +111,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("filter_policy", &self.filter_policy.name())
             .field("filter_budget", &self.filter_budget)
+            .field("prefix_filter_len", &self.prefix_filter_len)
             .field("memtable_bytes", &self.memtable_bytes)
             .field("max_immutable_memtables", &self.max_immutable_memtables)
             .field("block_bytes", &self.block_bytes)
@@ -127,6 +138,7 @@ impl Default for Options {
         Options {
             filter_policy: Arc::new(BloomPolicy::new(10.0)),
             filter_budget: FilterBudget::Uniform,
+            prefix_filter_len: None,
             memtable_bytes: 4 << 20,
             max_immutable_memtables: 2,
             block_bytes: 4096,
@@ -206,6 +218,11 @@ impl Options {
         check(
             self.table_bytes >= 1024,
             "table_bytes must be at least 1024",
+        )?;
+        check(
+            self.prefix_filter_len
+                .is_none_or(|n| (1..=self.max_key_bytes).contains(&n)),
+            "prefix_filter_len must be in 1..=max_key_bytes",
         )?;
         Ok(())
     }

@@ -13,7 +13,7 @@
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
-use crate::db::{owned_bounds, DbInner, SuperVersion};
+use crate::db::{owned_bounds, prefix_bounds, DbInner, SuperVersion};
 use crate::error::Result;
 use crate::key::SequenceNumber;
 use crate::merge::DbIterator;
@@ -52,7 +52,8 @@ impl<'db> Snapshot<'db> {
     }
 
     /// The sequence number of the last write the snapshot sees (0 for an
-    /// empty database). A later snapshot has an equal or higher one.
+    /// empty database): every write numbered at or below it is visible,
+    /// none above it. A later snapshot has an equal or higher one.
     pub fn sequence(&self) -> SequenceNumber {
         self.sequence
     }
@@ -84,7 +85,21 @@ impl<'db> Snapshot<'db> {
         let (lower, upper) = owned_bounds(&range);
         Ok(self
             .inner
-            .scan_in(Arc::clone(&self.sv), self.sequence, lower, upper))
+            .scan_in(Arc::clone(&self.sv), self.sequence, lower, upper, None))
+    }
+
+    /// The keys starting with `prefix` as of the snapshot, ascending, with
+    /// the table skipping of [`Db::scan_prefix`](crate::Db::scan_prefix).
+    pub fn scan_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<DbIterator> {
+        let prefix = prefix.as_ref();
+        let (lower, upper) = prefix_bounds(prefix);
+        Ok(self.inner.scan_in(
+            Arc::clone(&self.sv),
+            self.sequence,
+            lower,
+            upper,
+            Some(prefix),
+        ))
     }
 
     /// The whole key space as of the snapshot, ascending.

@@ -27,6 +27,12 @@ pub struct ReadCounters {
     pub bytes_read: AtomicU64,
     /// Data blocks read by point reads only.
     pub get_data_block_reads: AtomicU64,
+    /// Table filters asked about a key prefix by a prefix scan (tables
+    /// whose filter holds prefixes of a length the scan's prefix covers).
+    pub prefix_filter_checks: AtomicU64,
+    /// Prefix checks that answered "absent": tables a prefix scan skipped
+    /// without reading them.
+    pub prefix_filter_negatives: AtomicU64,
 }
 
 impl ReadCounters {
@@ -47,6 +53,8 @@ impl ReadCounters {
             &self.data_block_reads,
             &self.bytes_read,
             &self.get_data_block_reads,
+            &self.prefix_filter_checks,
+            &self.prefix_filter_negatives,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -63,6 +71,8 @@ impl ReadCounters {
         stats.data_block_reads = l(&self.data_block_reads);
         stats.bytes_read = l(&self.bytes_read);
         stats.get_data_block_reads = l(&self.get_data_block_reads);
+        stats.prefix_filter_checks = l(&self.prefix_filter_checks);
+        stats.prefix_filter_negatives = l(&self.prefix_filter_negatives);
     }
 }
 
@@ -102,6 +112,10 @@ pub struct Stats {
     pub bytes_read: u64,
     /// Data blocks read by point reads.
     pub get_data_block_reads: u64,
+    /// Table filters asked about a prefix by prefix scans.
+    pub prefix_filter_checks: u64,
+    /// Prefix checks that answered "absent" (tables skipped unread).
+    pub prefix_filter_negatives: u64,
     /// Per-level shape, level 0 first.
     pub levels: Vec<LevelStats>,
     /// Estimated distinct user keys in the whole database: the union of the

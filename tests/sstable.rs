@@ -233,6 +233,7 @@ fn small_block_opts(policy: &Arc<dyn FilterPolicy>) -> TableOptions {
         block_bytes: 128,
         restart_interval: 3,
         filter_policy: Arc::clone(policy),
+        prefix_len: None,
     }
 }
 

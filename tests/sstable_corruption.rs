@@ -53,6 +53,7 @@ fn fixture(policy: &Arc<dyn FilterPolicy>, dir: &Path) -> Fixture {
         block_bytes: 512,
         restart_interval: 4,
         filter_policy: Arc::clone(policy),
+        prefix_len: None,
     };
     let mut b = TableBuilder::new(&RealFs, &path, 1, opts).unwrap();
     for (k, v) in &entries {

@@ -93,6 +93,21 @@ pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
 
+/// Seed of [`prefix_hash`]: keeps a prefix's hash apart from the
+/// [`key_hash`] of a key made of the same bytes, so a table holding the
+/// prefix `"ab"` of `"abc"` does not look like it holds the key `"ab"`.
+const PREFIX_HASH_SEED: u64 = 0x005e_ed0f_9e37_79b9;
+
+/// The hash a key prefix gets in a table's filter (XXH3 with its own seed),
+/// when the table is built with a prefix length
+/// ([`Options::prefix_filter_len`](crate::Options::prefix_filter_len)): the
+/// filter then answers "may this table hold a key starting with these
+/// bytes?" as well as "may it hold this key?".
+#[inline]
+pub fn prefix_hash(prefix: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(prefix, PREFIX_HASH_SEED)
+}
+
 /// A way of building and querying point-read filters.
 ///
 /// Object-safe: the engine holds the policy as `Arc<dyn FilterPolicy>`. A

@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use super::block::{user_part, BlockBuilder};
 use super::format::{
     block_crc, encode_properties, encode_u64_property, BlockHandle, Footer, PROP_DATA_BLOCKS,
-    PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY, PROP_FILTER_BYTES,
-    PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ,
-    PROP_TOMBSTONES, RESERVED_PROPERTY_PREFIX,
+    PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY,
+    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_PREFIX_LEN,
+    PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES, RESERVED_PROPERTY_PREFIX,
 };
 use super::{TableMeta, TableOptions};
 use crate::error::{Error, Result};
-use crate::filter::key_hash;
+use crate::filter::{key_hash, prefix_hash};
 use crate::fs::{FileSystem, WritableFile};
 use crate::key::{encode_internal_key, pack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE};
 
@@ -51,6 +51,10 @@ pub struct TableBuilder {
     /// The last entry's encoded internal key (empty before the first add).
     last_key: Vec<u8>,
     key_hashes: Vec<u64>,
+    /// [`prefix_hash`] of each distinct key prefix, with
+    /// [`TableOptions::prefix_len`] (keys arrive sorted, so equal prefixes
+    /// are adjacent).
+    prefix_hashes: Vec<u64>,
     entries: u64,
     tombstones: u64,
     smallest: Vec<u8>,
@@ -99,6 +103,11 @@ impl TableBuilder {
                 opts.restart_interval
             )));
         }
+        if opts.prefix_len == Some(0) {
+            return Err(Error::invalid(
+                "prefix_len must be at least 1 (None turns prefixes off)",
+            ));
+        }
         let file = fs.create(path).map_err(|e| Error::io(path, e))?;
         Ok(TableBuilder {
             path: path.to_path_buf(),
@@ -114,6 +123,7 @@ impl TableBuilder {
             data_blocks: 0,
             last_key: Vec::new(),
             key_hashes: Vec::new(),
+            prefix_hashes: Vec::new(),
             entries: 0,
             tombstones: 0,
             smallest: Vec::new(),
@@ -186,6 +196,17 @@ impl TableBuilder {
 
         if !same_user_key {
             self.key_hashes.push(key_hash(user_key));
+            if let Some(n) = self.opts.prefix_len {
+                // A new prefix unless the previous key (the last one added,
+                // still in `last_key`) starts with the same `n` bytes.
+                let previous = user_part(&self.last_key);
+                let fresh = self.entries == 0
+                    || previous.len() < n
+                    || previous[..n] != user_key[..n.min(user_key.len())];
+                if user_key.len() >= n && fresh {
+                    self.prefix_hashes.push(prefix_hash(&user_key[..n]));
+                }
+            }
         }
         self.last_key.clear();
         encode_internal_key(&mut self.last_key, user_key, seq, kind);
@@ -302,7 +323,14 @@ impl TableBuilder {
         }
         self.flush_data_block()?;
 
-        let filter_bytes = self.opts.filter_policy.build(&self.key_hashes);
+        let filter_bytes = if self.prefix_hashes.is_empty() {
+            self.opts.filter_policy.build(&self.key_hashes)
+        } else {
+            let mut all = Vec::with_capacity(self.key_hashes.len() + self.prefix_hashes.len());
+            all.extend_from_slice(&self.key_hashes);
+            all.extend_from_slice(&self.prefix_hashes);
+            self.opts.filter_policy.build(&all)
+        };
         let filter_len = filter_bytes.len() as u64;
         let filter = self.write_block(BlockSource::Bytes(filter_bytes))?;
 
@@ -328,6 +356,13 @@ impl TableBuilder {
             props.insert(PROP_FILTER_BITS_PER_KEY.into(), bits.to_le_bytes().to_vec());
         }
         props.insert(PROP_DATA_BLOCKS.into(), num(self.data_blocks));
+        if let Some(n) = self.opts.prefix_len {
+            props.insert(PROP_PREFIX_LEN.into(), num(n as u64));
+            props.insert(
+                PROP_DISTINCT_PREFIXES.into(),
+                num(self.prefix_hashes.len() as u64),
+            );
+        }
         let properties = self.write_block(BlockSource::Bytes(encode_properties(&props)))?;
 
         let index = self.write_block(BlockSource::Index)?;

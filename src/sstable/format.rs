@@ -48,6 +48,13 @@ pub const PROP_FILTER_BYTES: &str = "sievedb.table.filter_bytes";
 /// ([`FilterPolicy::budget_bits_per_key`](crate::filter::FilterPolicy::budget_bits_per_key)),
 /// an `f64` as 8 little-endian bytes; absent for policies without a size.
 pub const PROP_FILTER_BITS_PER_KEY: &str = "sievedb.table.filter_bits_per_key";
+/// Property: the prefix length whose prefixes the filter also holds
+/// ([`TableOptions::prefix_len`](super::TableOptions::prefix_len)), varint64;
+/// absent for tables without prefixes in their filter.
+pub const PROP_PREFIX_LEN: &str = "sievedb.table.prefix_len";
+/// Property: number of distinct key prefixes added to the filter, varint64;
+/// present with [`PROP_PREFIX_LEN`].
+pub const PROP_DISTINCT_PREFIXES: &str = "sievedb.table.distinct_prefixes";
 /// Property: number of data blocks, varint64.
 pub const PROP_DATA_BLOCKS: &str = "sievedb.table.data_blocks";
 

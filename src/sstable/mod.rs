@@ -106,6 +106,15 @@ pub struct TableOptions {
     pub restart_interval: usize,
     /// Builds the table's filter; its name is recorded in the table.
     pub filter_policy: Arc<dyn FilterPolicy>,
+    /// When `Some(n)`, the filter also holds the [`prefix_hash`] of the
+    /// first `n` bytes of every key at least `n` bytes long (each distinct
+    /// prefix once), and the table records `n`
+    /// ([`Table::may_contain_prefix`]). The filter is sized for keys plus
+    /// prefixes. `None` (the default): keys only. `Some(0)` is refused by
+    /// [`TableBuilder::new`].
+    ///
+    /// [`prefix_hash`]: crate::filter::prefix_hash
+    pub prefix_len: Option<usize>,
 }
 
 impl Default for TableOptions {
@@ -116,6 +125,7 @@ impl Default for TableOptions {
             block_bytes: 4096,
             restart_interval: 16,
             filter_policy: Arc::new(BloomPolicy::new(10.0)),
+            prefix_len: None,
         }
     }
 }

@@ -18,14 +18,14 @@ use super::block::{cmp_internal_parts, user_part, BlockCorruption, BlockView};
 use super::format::{
     block_crc, decode_properties, decode_u64_property, BlockHandle, Footer, BLOCK_TRAILER_LEN,
     FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY,
-    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_SMALLEST_KEY,
-    PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
+    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_PREFIX_LEN,
+    PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
 };
 use super::iter::TableIter;
-use super::{Found, TableMeta};
+use super::{Found, TableMeta, MAX_KEY_LEN};
 use crate::error::{Error, Result};
 use crate::filter::bloom::MAX_BITS_PER_KEY;
-use crate::filter::{Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
+use crate::filter::{prefix_hash, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::key::{
     pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN,
 };
@@ -48,6 +48,9 @@ pub struct Table {
     meta: TableMeta,
     properties: BTreeMap<String, Vec<u8>>,
     filter: Filter,
+    /// The prefix length the filter also holds prefixes of
+    /// ([`PROP_PREFIX_LEN`]), if any.
+    prefix_len: Option<usize>,
     index: Vec<IndexEntry>,
     index_keys: Vec<u8>,
     pub(crate) counters: Arc<ReadCounters>,
@@ -154,6 +157,7 @@ impl Table {
             },
             properties: BTreeMap::new(),
             filter: Filter::decode(Vec::new()),
+            prefix_len: None,
             index: Vec::new(),
             index_keys: Vec::new(),
             counters,
@@ -338,6 +342,18 @@ impl Table {
         if !consistent {
             return Err(self.corrupt(at, "table properties contradict the index or footer"));
         }
+        self.prefix_len = match self.properties.get(PROP_PREFIX_LEN) {
+            None => None,
+            Some(raw) => match decode_u64_property(raw) {
+                Some(n) if (1..=MAX_KEY_LEN as u64).contains(&n) => Some(n as usize),
+                _ => {
+                    return Err(self.corrupt(
+                        at,
+                        format!("property {PROP_PREFIX_LEN} is not a length in 1..={MAX_KEY_LEN}"),
+                    ))
+                }
+            },
+        };
         self.meta = TableMeta {
             file_number: self.meta.file_number,
             file_size: self.meta.file_size,
@@ -496,6 +512,37 @@ impl Table {
         &self.filter
     }
 
+    /// The prefix length whose prefixes the table's filter also holds
+    /// ([`TableOptions::prefix_len`](super::TableOptions::prefix_len) when
+    /// it was written), `None` for a filter of keys only.
+    pub fn prefix_len(&self) -> Option<usize> {
+        self.prefix_len
+    }
+
+    /// False only if the table certainly holds no key (or tombstone)
+    /// starting with `prefix`: its key range cannot hold one, or its filter
+    /// was built with prefixes of length `n <= prefix.len()` and says the
+    /// first `n` bytes of `prefix` are absent. Otherwise true (a filter of
+    /// keys only, or a `prefix` shorter than `n`, cannot tell).
+    ///
+    /// A filter consulted counts in `prefix_filter_checks`, and a "no" in
+    /// `prefix_filter_negatives`; the range test counts nothing.
+    pub fn may_contain_prefix(&self, prefix: &[u8]) -> bool {
+        if self.meta.entries == 0 || !range_may_hold_prefix(&self.meta, prefix) {
+            return false;
+        }
+        let Some(n) = self.prefix_len.filter(|&n| n <= prefix.len()) else {
+            return true;
+        };
+        let c = &*self.counters;
+        ReadCounters::add(&c.prefix_filter_checks, 1);
+        let maybe = self.filter.may_contain(prefix_hash(&prefix[..n]));
+        if !maybe {
+            ReadCounters::add(&c.prefix_filter_negatives, 1);
+        }
+        maybe
+    }
+
     /// The table file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -523,4 +570,13 @@ pub(crate) fn trailer_of(key: &[u8]) -> u64 {
         }
     }
     u64::from_le_bytes(w)
+}
+
+/// Whether a table with `meta`'s key range can hold a key starting with
+/// `prefix`: some key `k` with `smallest <= k <= largest` starts with it
+/// exactly when `largest >= prefix` and `smallest`'s first bytes are not
+/// past it (`smallest[..len] <= prefix`).
+pub(crate) fn range_may_hold_prefix(meta: &TableMeta, prefix: &[u8]) -> bool {
+    let head = &meta.smallest[..meta.smallest.len().min(prefix.len())];
+    meta.largest.as_slice() >= prefix && head <= prefix
 }
