@@ -31,7 +31,8 @@
 //!
 //! * [`Db`]: open, put, get, `multi_get` (many keys at one snapshot),
 //!   [`Snapshot`]s (a pinned read view), checkpoints (an openable copy,
-//!   [`Db::checkpoint`]), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
+//!   [`Db::checkpoint`]), prefix scans that skip tables by their filter
+//!   ([`Db::scan_prefix`], [`Options::prefix_filter_len`]), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
 //!   statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;
