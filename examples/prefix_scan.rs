@@ -1,22 +1,22 @@
 //! Prefix scans with and without prefix filters (`Options::prefix_filter_len`).
 //!
-//! Run: `cargo run --release --example prefix_scan [-- --users N --items M --policy bloom|ribbon]`
-//! (defaults: 200,000 users, 10 items each, bloom)
+//! Run: `cargo run --release --example prefix_scan [-- --users N --items M --policy bloom|ribbon
+//! --budget uniform|monkey]` (defaults: 200,000 user ids, 10 items each, bloom, uniform)
 //!
-//! Keys are `user:{id:08}/{item:04}` (the user part is 14 bytes); users
-//! with even ids are loaded, odd ids are missing. The load is
-//! deterministic: 100-byte values, a full compaction, then three more
+//! Keys are `user:{id:08}/{item:04}` (the user part is 14 bytes); every
+//! even id is loaded (in a scattered order), odd ids are missing. The load
+//! is deterministic: 100-byte values, a full compaction, then three more
 //! flushed rounds of one new item for every tenth user, so a scan meets
 //! level-0 tables and deeper levels. Then, for each setting (no prefix
 //! filter, `prefix_filter_len = 14`): `scan_prefix` of 20,000 missing users
-//! and of 20,000 present users, timed, with data blocks read per scan and
-//! the filters' memory.
+//! and of 20,000 present users (each checked to find its items), timed,
+//! with data blocks read per scan and the filters' memory.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
-use sievedb::{Db, Options};
+use sievedb::{Db, FilterBudget, Options};
 
 const PREFIX_LEN: usize = 14;
 
@@ -45,12 +45,29 @@ fn main() -> sievedb::Result<()> {
     let users: u64 = arg(&args, "--users", 200_000);
     let items: u64 = arg(&args, "--items", 10);
     let policy_name: String = arg(&args, "--policy", "bloom".to_string());
+    let budget = match arg(&args, "--budget", "uniform".to_string()).as_str() {
+        "monkey" => FilterBudget::Monkey,
+        _ => FilterBudget::Uniform,
+    };
+    let loaded = users / 2;
+    // A stride coprime with `loaded`: `i * stride % loaded` visits every
+    // loaded user once, scattered.
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stride = loaded * 5 / 8 + 1;
+    while gcd(stride, loaded) != 1 {
+        stride += 1;
+    }
     let policy: Arc<dyn FilterPolicy> = match policy_name.as_str() {
         "ribbon" => Arc::new(RibbonPolicy::new(10.0)),
         _ => Arc::new(BloomPolicy::new(10.0)),
     };
     println!(
-        "{users} users x {items} items (even user ids loaded), {} filters at 10 bits/key",
+        "{loaded} users (even ids of 0..{users}) x {items} items, {} filters at 10 bits/key, {budget:?} budget",
         policy.name()
     );
     println!(
@@ -71,15 +88,16 @@ fn main() -> sievedb::Result<()> {
         let opts = Options {
             filter_policy: Arc::clone(&policy),
             prefix_filter_len,
+            filter_budget: budget,
             background_compaction: false,
             memtable_bytes: 4 << 20,
             ..Options::default()
         };
         let db = Db::open(dir.path(), opts)?;
         let value = [7u8; 100];
-        for i in 0..users / 2 {
+        for i in 0..loaded {
             // Users in a scattered order, so every flush spans the key space.
-            let id = 2 * (mix(i) % (users / 2));
+            let id = 2 * (i * stride % loaded);
             for item in 0..items {
                 db.put(format!("{}{item:04}", user(id)), value)?;
             }
@@ -95,23 +113,27 @@ fn main() -> sievedb::Result<()> {
         let stats = db.stats();
         let filter_mib = stats.filter_bytes() as f64 / (1 << 20) as f64;
 
-        let sample = 20_000u64.min(users / 2);
+        let sample = 20_000u64.min(loaded);
         let ids = |odd: u64| -> Vec<u64> {
             (0..sample)
-                .map(|i| 2 * (mix(i + 1_000_000 * (odd + 1)) % (users / 2)) + odd)
+                .map(|i| 2 * (mix(i + 1_000_000 * (odd + 1)) % loaded) + odd)
                 .collect()
         };
         let mut row = Vec::new();
-        for (odd, expect_empty) in [(1, true), (0, false)] {
+        for odd in [1, 0] {
             let ids = ids(odd);
             db.reset_stats();
             let start = Instant::now();
-            let mut found = 0usize;
+            let mut found = Vec::with_capacity(ids.len());
             for &id in &ids {
-                found += db.scan_prefix(user(id))?.count();
+                found.push(db.scan_prefix(user(id))?.count() as u64);
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / ids.len() as f64;
-            assert_eq!(found == 0, expect_empty, "scan results");
+            for (&id, &n) in ids.iter().zip(&found) {
+                let at_least = if odd == 1 { 0 } else { items };
+                let at_most = if odd == 1 { 0 } else { items + 3 };
+                assert!((at_least..=at_most).contains(&n), "user {id}: {n} items");
+            }
             let s = db.stats();
             row.push((
                 s.data_block_reads as f64 / ids.len() as f64,

@@ -341,11 +341,9 @@ impl DbInner {
         let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
 
         let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
-        // An upper bound: keys in several inputs count once per input.
-        let written = all_inputs
-            .iter()
-            .map(|t| t.table.meta().distinct_keys)
-            .sum();
+        // An upper bound: keys (and prefixes) in several inputs count once
+        // per input.
+        let written = all_inputs.iter().map(|t| t.table.filter_entries()).sum();
         let filter_policy =
             filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();

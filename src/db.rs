@@ -310,7 +310,8 @@ impl Db {
         }
         if !replay.is_empty() {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
-            let policy = filter_policy_for_write(&opts, &version, &[], 0, replay.entries() as u64);
+            let written = filter_entries_of(&opts, &replay);
+            let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
             let (record, table) =
                 write_level0_table(&dir, &fs, &opts, policy, &counters, &replay, number)?;
             let path = dir.join(table_file_name(number));
@@ -717,6 +718,16 @@ pub(crate) fn table_options(opts: &Options, filter_policy: Arc<dyn FilterPolicy>
         filter_policy,
         prefix_len: opts.prefix_filter_len,
     }
+}
+
+/// An upper bound on the hashes the filter of a table written from `mem`
+/// holds: its versions, plus its distinct prefixes with
+/// [`Options::prefix_filter_len`].
+fn filter_entries_of(opts: &Options, mem: &Memtable) -> u64 {
+    let prefixes = opts
+        .prefix_filter_len
+        .map_or(0, |n| mem.distinct_prefixes(n));
+    mem.entries() as u64 + prefixes
 }
 
 /// The filter policy for tables a write (flush or compaction) adds to
@@ -1205,7 +1216,7 @@ impl DbInner {
                 &self.current().version,
                 &[],
                 0,
-                imm.entries() as u64,
+                filter_entries_of(&self.opts, imm),
             );
             let (record, table) = write_level0_table(
                 &self.dir,

@@ -111,6 +111,22 @@ impl Memtable {
         }
     }
 
+    /// Number of distinct `n`-byte prefixes among the memtable's keys (keys
+    /// shorter than `n` have none): what a table written from it adds to
+    /// its filter besides the keys, with a prefix length `n`.
+    pub(crate) fn distinct_prefixes(&self, n: usize) -> u64 {
+        let mut count = 0;
+        let mut last: Option<Vec<u8>> = None;
+        for entry in self.map.iter() {
+            let key = &entry.key().user_key;
+            if key.len() >= n && last.as_deref() != Some(&key[..n]) {
+                count += 1;
+                last = Some(key[..n].to_vec());
+            }
+        }
+        count
+    }
+
     /// Calls `f` on every version in internal-key order (used by flushes).
     pub(crate) fn for_each(
         &self,

@@ -182,8 +182,9 @@ impl Version {
     }
 
     /// Keys of each sorted run once a write lands, for sizing the written
-    /// tables' filters: see [`run_keys_after_write`]. A table counts its
-    /// distinct keys (what its filter holds).
+    /// tables' filters: see [`run_keys_after_write`]. A table counts what
+    /// its filter holds: its distinct keys, plus its distinct prefixes when
+    /// built with a prefix length.
     pub(crate) fn runs_after_write(
         &self,
         consumed: &[u64],
@@ -196,7 +197,7 @@ impl Version {
             .map(|tables| {
                 tables
                     .iter()
-                    .map(|h| (h.record.file_number, h.table.meta().distinct_keys))
+                    .map(|h| (h.record.file_number, h.table.filter_entries()))
                     .collect()
             })
             .collect();

@@ -294,3 +294,31 @@ fn a_flush_and_a_compaction_size_their_runs_as_the_allocation_says() {
         assert!((got - 10.0).abs() < 1e-9, "{t:?}");
     }
 }
+
+#[test]
+fn with_prefix_filters_runs_are_sized_by_keys_plus_prefixes() {
+    // A filter holding prefixes holds more than its keys: Monkey sizes each
+    // run by everything its filter holds.
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.filter_budget = FilterBudget::Monkey;
+    opts.background_compaction = false;
+    opts.prefix_filter_len = Some(10); // "key0000012": ten keys per prefix
+    let db = Db::open(dir.path(), opts).unwrap();
+    // 200 keys with a prefix each, then 500 keys sharing 50 prefixes.
+    for i in 0..200 {
+        db.put(key(i * 10), [3u8; 8]).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 5_000..5_500 {
+        db.put(key(i), [3u8; 8]).unwrap();
+    }
+    db.flush().unwrap();
+    let tables = db.tables();
+    assert_eq!(tables.len(), 2);
+    let expected = monkey_bits_per_key(10.0, &[200 + 200, 500 + 50]).unwrap()[1];
+    let keys_only = monkey_bits_per_key(10.0, &[200, 500]).unwrap()[1];
+    assert!((expected - keys_only).abs() > 0.1, "the two sizings differ");
+    let got = tables[0].filter_bits_per_key.unwrap();
+    assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
+}

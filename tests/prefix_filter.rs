@@ -112,6 +112,7 @@ fn scan_prefix_answers_like_the_model_with_and_without_prefix_filters() {
                 assert_eq!(scan_prefix(&db, p), expected(&model, p), "{what} {p:?}");
             }
             let s = db.stats();
+            assert!(s.prefix_filter_negatives <= s.prefix_filter_checks);
             match prefix_len {
                 Some(_) if policy.name() == NoFilter.name() => {
                     assert_eq!(s.prefix_filter_negatives, 0, "{what}")
@@ -283,6 +284,8 @@ fn a_table_records_its_prefixes_and_never_denies_one_it_holds() {
         assert_eq!(t.prefix_len(), Some(6));
         let distinct = t.property("sievedb.table.distinct_prefixes").unwrap();
         assert_eq!(distinct, &[0xe8, 0x07][..], "1,000 prefixes as a varint");
+        // The filter was built from 5,001 keys and 1,000 prefixes.
+        assert_eq!(t.filter_entries(), 5_001 + 1_000);
         for user in (100..3_100).step_by(3) {
             assert!(
                 t.may_contain_prefix(&user_prefix(user)),
@@ -313,4 +316,107 @@ fn a_table_records_its_prefixes_and_never_denies_one_it_holds() {
         // The filter holds prefix hashes, not the prefix as a key.
         assert!(t.filter().may_contain(prefix_hash(b"u0100/")));
     }
+}
+
+/// Rewrites the value of property `name` in the table at `path` (same
+/// length), fixing the properties block's checksum, so only the property
+/// is wrong.
+fn rewrite_property(path: &std::path::Path, name: &str, value: &[u8]) {
+    use sievedb::sstable::format::{
+        block_crc, decode_properties, encode_properties, Footer, FOOTER_LEN,
+    };
+    let mut bytes = std::fs::read(path).unwrap();
+    let footer = Footer::decode(&bytes[bytes.len() - FOOTER_LEN..]).unwrap();
+    let (at, len) = (
+        footer.properties.offset as usize,
+        footer.properties.len as usize,
+    );
+    let mut props = decode_properties(&bytes[at..at + len]).unwrap();
+    let old = props.insert(name.to_string(), value.to_vec());
+    assert_eq!(old.map(|v| v.len()), Some(value.len()), "same length");
+    let encoded = encode_properties(&props);
+    assert_eq!(encoded.len(), len);
+    bytes[at..at + len].copy_from_slice(&encoded);
+    bytes[at + len..at + len + 4].copy_from_slice(&block_crc(&encoded).to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn inconsistent_prefix_properties_are_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.sst");
+    let build = || {
+        let opts = TableOptions {
+            prefix_len: Some(6),
+            ..TableOptions::default()
+        };
+        let mut b = TableBuilder::new(&RealFs, &path, 1, opts).unwrap();
+        for user in 0..50 {
+            b.add(&key(user, 0), 1, sievedb::key::ValueKind::Put, b"v")
+                .unwrap();
+        }
+        b.finish().unwrap();
+    };
+    let open = || {
+        Table::open(
+            &path,
+            1,
+            &(Arc::new(NoFilter) as Arc<dyn FilterPolicy>),
+            Arc::default(),
+        )
+    };
+    build();
+    let t = open().unwrap();
+    assert_eq!((t.prefix_len(), t.filter_entries()), (Some(6), 50 + 50));
+    drop(t);
+    // A length of 0, and more prefixes than distinct keys (51 > 50).
+    for (name, value) in [
+        ("sievedb.table.prefix_len", vec![0u8]),
+        ("sievedb.table.distinct_prefixes", vec![51]),
+    ] {
+        build();
+        rewrite_property(&path, name, &value);
+        match open() {
+            Err(Error::Corruption { file, .. }) => assert_eq!(file, path),
+            other => panic!("{name} = {value:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_prefix_equal_to_the_edge_keys_of_tables_finds_them() {
+    // Each flushed table's smallest and largest key is scanned as a prefix
+    // (and the keys one byte shorter): a table left out wrongly would lose
+    // them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.prefix_filter_len = Some(6);
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    let mut model = Model::new();
+    for batch in 0..6u64 {
+        for user in (batch * 10)..(batch * 10 + 10) {
+            for item in 0..3 {
+                db.put(key(user, item), b"v").unwrap();
+                model.insert(key(user, item), b"v".to_vec());
+            }
+        }
+        db.flush().unwrap();
+    }
+    let tables = db.tables();
+    assert!(tables.len() >= 6);
+    for t in &tables {
+        for edge in [&t.smallest, &t.largest] {
+            for p in [
+                edge.clone(),
+                edge[..edge.len() - 1].to_vec(),
+                edge[..6].to_vec(),
+            ] {
+                assert_eq!(scan_prefix(&db, &p), expected(&model, &p), "{p:?}");
+            }
+        }
+    }
+    let s = db.stats();
+    assert!(s.prefix_filter_negatives <= s.prefix_filter_checks);
+    assert!(s.prefix_filter_checks > 0);
 }

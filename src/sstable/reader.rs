@@ -17,9 +17,9 @@ use memmap2::Mmap;
 use super::block::{cmp_internal_parts, user_part, BlockCorruption, BlockView};
 use super::format::{
     block_crc, decode_properties, decode_u64_property, BlockHandle, Footer, BLOCK_TRAILER_LEN,
-    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY,
-    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_PREFIX_LEN,
-    PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
+    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES,
+    PROP_FILTER_BITS_PER_KEY, PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY,
+    PROP_LARGEST_SEQ, PROP_PREFIX_LEN, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
 };
 use super::iter::TableIter;
 use super::{Found, TableMeta, MAX_KEY_LEN};
@@ -51,6 +51,9 @@ pub struct Table {
     /// The prefix length the filter also holds prefixes of
     /// ([`PROP_PREFIX_LEN`]), if any.
     prefix_len: Option<usize>,
+    /// Distinct prefixes the filter holds ([`PROP_DISTINCT_PREFIXES`]; 0
+    /// without prefixes).
+    distinct_prefixes: u64,
     index: Vec<IndexEntry>,
     index_keys: Vec<u8>,
     pub(crate) counters: Arc<ReadCounters>,
@@ -158,6 +161,7 @@ impl Table {
             properties: BTreeMap::new(),
             filter: Filter::decode(Vec::new()),
             prefix_len: None,
+            distinct_prefixes: 0,
             index: Vec::new(),
             index_keys: Vec::new(),
             counters,
@@ -342,18 +346,32 @@ impl Table {
         if !consistent {
             return Err(self.corrupt(at, "table properties contradict the index or footer"));
         }
-        self.prefix_len = match self.properties.get(PROP_PREFIX_LEN) {
-            None => None,
-            Some(raw) => match decode_u64_property(raw) {
-                Some(n) if (1..=MAX_KEY_LEN as u64).contains(&n) => Some(n as usize),
+        // Prefix length and count come together, and a table holds at most
+        // one prefix per distinct key.
+        let prefix = |name: &str| {
+            self.properties
+                .get(name)
+                .map(|raw| decode_u64_property(raw))
+        };
+        (self.prefix_len, self.distinct_prefixes) =
+            match (prefix(PROP_PREFIX_LEN), prefix(PROP_DISTINCT_PREFIXES)) {
+                (None, None) => (None, 0),
+                (Some(Some(n)), Some(Some(count)))
+                    if (1..=MAX_KEY_LEN as u64).contains(&n) && count <= distinct_keys =>
+                {
+                    (Some(n as usize), count)
+                }
                 _ => {
                     return Err(self.corrupt(
                         at,
-                        format!("property {PROP_PREFIX_LEN} is not a length in 1..={MAX_KEY_LEN}"),
+                        format!(
+                        "properties {PROP_PREFIX_LEN} and {PROP_DISTINCT_PREFIXES} must both be \
+                             absent, or a length in 1..={MAX_KEY_LEN} and a count of at most the \
+                             distinct keys"
+                    ),
                     ))
                 }
-            },
-        };
+            };
         self.meta = TableMeta {
             file_number: self.meta.file_number,
             file_size: self.meta.file_size,
@@ -517,6 +535,12 @@ impl Table {
     /// it was written), `None` for a filter of keys only.
     pub fn prefix_len(&self) -> Option<usize> {
         self.prefix_len
+    }
+
+    /// Hashes the table's filter was built from: its distinct keys plus,
+    /// with [`prefix_len`](Self::prefix_len), its distinct prefixes.
+    pub fn filter_entries(&self) -> u64 {
+        self.meta.distinct_keys + self.distinct_prefixes
     }
 
     /// False only if the table certainly holds no key (or tombstone)
