@@ -1004,14 +1004,10 @@ impl DbInner {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.validate_key(key)?;
-        ReadCounters::add(&self.counters.gets, 1);
-        let hash = key_hash(key);
-        self.sample_read(key, hash);
         // A short-lived guard: no reference-count traffic on the hot path.
         let sv = self.sv.load();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
-        self.get_at(&sv, snapshot, key, hash)
+        self.get_in(&sv, snapshot, key)
     }
 
     /// A pinned read view: the published sequence number, then the current
@@ -1030,6 +1026,7 @@ impl DbInner {
     }
 
     /// [`get`](Self::get) in a pinned read view.
+    #[inline]
     pub(crate) fn get_in(
         &self,
         sv: &SuperVersion,
@@ -1070,16 +1067,14 @@ impl DbInner {
     }
 
     fn multi_get<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
-        for key in keys {
-            self.validate_key(key.as_ref())?;
-        }
         // One super version and one snapshot for every key.
         let sv = self.sv.load();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
-        self.multi_get_validated(&sv, snapshot, keys)
+        self.multi_get_in(&sv, snapshot, keys)
     }
 
-    /// [`multi_get`](Self::multi_get) in a pinned read view.
+    /// [`multi_get`](Self::multi_get) in a pinned read view: every key is
+    /// validated before anything is read or counted.
     pub(crate) fn multi_get_in<K: AsRef<[u8]>>(
         &self,
         sv: &SuperVersion,
@@ -1089,16 +1084,6 @@ impl DbInner {
         for key in keys {
             self.validate_key(key.as_ref())?;
         }
-        self.multi_get_validated(sv, snapshot, keys)
-    }
-
-    /// The values of `keys`, already validated, in `sv` at `snapshot`.
-    fn multi_get_validated<K: AsRef<[u8]>>(
-        &self,
-        sv: &SuperVersion,
-        snapshot: SequenceNumber,
-        keys: &[K],
-    ) -> Result<Vec<Option<Vec<u8>>>> {
         ReadCounters::add(&self.counters.gets, keys.len() as u64);
         let mut values = Vec::with_capacity(keys.len());
         for key in keys {
