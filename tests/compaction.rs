@@ -222,18 +222,7 @@ fn compacted_inputs_are_deleted_only_after_readers_let_go() {
         }
         db.flush().unwrap();
     }
-    let sst_files = || {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".sst")
-            })
-            .count()
-    };
+    let sst_files = || common::table_files(dir.path());
     let before: Vec<u64> = db.tables().iter().map(|t| t.file_number).collect();
     let mut scan = db.iter().unwrap();
     let first = scan.next().unwrap().unwrap();

@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{key, policies, small_options, Rng};
-use sievedb::{Db, Error, Stats, WriteBatch};
+use common::{key, policies, small_options, GroupWriter, Rng};
+use sievedb::{Db, Error, Stats};
 
 /// The counters a point read moves.
 fn read_counters(s: &Stats) -> [u64; 6] {
@@ -86,35 +85,12 @@ fn multi_get_sees_one_point_in_time() {
     opts.memtable_bytes = 16 << 10;
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
     let group: Vec<Vec<u8>> = (0..50).map(|i| key(i * 1_000)).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let written = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (db, group, stop) = (Arc::clone(&db), group.clone(), Arc::clone(&stop));
-        let written = Arc::clone(&written);
-        std::thread::spawn(move || {
-            let mut round = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                // Every key of the group gets the same value in one batch,
-                // plus filler keys so that memtables fill and flush.
-                let mut batch = WriteBatch::new();
-                for k in &group {
-                    batch.put(k, round.to_le_bytes());
-                }
-                for f in 0..20 {
-                    batch.put(key(round * 20 + f + 100_000), [0u8; 64]);
-                }
-                db.write(&batch).unwrap();
-                round += 1;
-                written.store(round, Ordering::Relaxed);
-            }
-            round
-        })
-    };
+    let writer = GroupWriter::spawn(&db, &group);
     let mut reads = 0;
     let mut seen_values = std::collections::HashSet::new();
     // Read until the writer has written enough rounds to have flushed
     // several memtables meanwhile.
-    while reads < 3_000 || written.load(Ordering::Relaxed) < 500 {
+    while reads < 3_000 || writer.rounds() < 500 {
         let values = db.multi_get(&group).unwrap();
         let first = &values[0];
         assert!(
@@ -124,8 +100,7 @@ fn multi_get_sees_one_point_in_time() {
         seen_values.insert(first.clone());
         reads += 1;
     }
-    stop.store(true, Ordering::Relaxed);
-    let rounds = writer.join().unwrap();
+    let rounds = writer.finish();
     assert!(rounds > 0);
     // The reads overlapped the writes (not all of one state).
     assert!(seen_values.len() > 1, "{rounds} rounds written");

@@ -6,25 +6,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{key, policies, small_options, Rng};
-use sievedb::{Db, Error, WriteBatch};
-
-/// Number of `.sst` files in `dir`.
-fn table_files(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".sst")
-        })
-        .count()
-}
+use common::{key, policies, small_options, table_files, GroupWriter, Rng};
+use sievedb::{Db, Error};
 
 /// Checks every read of `snap` against `model` for keys `0..universe`.
 fn assert_matches(snap: &sievedb::Snapshot<'_>, model: &BTreeMap<Vec<u8>, Vec<u8>>, universe: u64) {
@@ -114,30 +99,10 @@ fn a_snapshot_sees_batches_whole_while_a_writer_runs() {
     opts.memtable_bytes = 16 << 10;
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
     let group: Vec<Vec<u8>> = (0..20).map(|i| key(i * 1_000)).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let written = Arc::new(AtomicU64::new(0));
-    let writer = {
-        let (db, group, stop) = (Arc::clone(&db), group.clone(), Arc::clone(&stop));
-        let written = Arc::clone(&written);
-        std::thread::spawn(move || {
-            let mut round = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let mut batch = WriteBatch::new();
-                for k in &group {
-                    batch.put(k, round.to_le_bytes());
-                }
-                for f in 0..20 {
-                    batch.put(key(round * 20 + f + 100_000), [0u8; 64]);
-                }
-                db.write(&batch).unwrap();
-                round += 1;
-                written.store(round, Ordering::Relaxed);
-            }
-        })
-    };
+    let writer = GroupWriter::spawn(&db, &group);
     let mut reads = 0;
     let mut seen = std::collections::HashSet::new();
-    while reads < 1_000 || written.load(Ordering::Relaxed) < 500 {
+    while reads < 1_000 || writer.rounds() < 500 {
         let snap = db.snapshot().unwrap();
         // Separate gets, with the writer running between them: each must
         // answer from the snapshot's moment.
@@ -163,8 +128,7 @@ fn a_snapshot_sees_batches_whole_while_a_writer_runs() {
         seen.insert(first);
         reads += 1;
     }
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.finish();
     assert!(seen.len() > 1, "the snapshots overlapped the writes");
     assert!(db.stats().flushes > 0, "the group also lived in tables");
 }

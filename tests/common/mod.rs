@@ -86,3 +86,72 @@ impl FilterPolicy for ExactSet {
         })
     }
 }
+
+/// Number of table (`.sst`) files in `dir`.
+pub fn table_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sst")
+        })
+        .count()
+}
+
+/// A writer thread for point-in-time tests: round `r` writes the value `r`
+/// to every key of `group` in one batch, plus 20 filler keys so memtables
+/// fill and flush, until `stop` is set.
+pub struct GroupWriter {
+    /// Set to stop the writer.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Rounds written so far.
+    pub written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl GroupWriter {
+    pub fn spawn(db: &Arc<sievedb::Db>, group: &[Vec<u8>]) -> GroupWriter {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicU64::new(0));
+        let handle = {
+            let (db, group, stop) = (Arc::clone(db), group.to_vec(), Arc::clone(&stop));
+            let written = Arc::clone(&written);
+            std::thread::spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut batch = sievedb::WriteBatch::new();
+                    for k in &group {
+                        batch.put(k, round.to_le_bytes());
+                    }
+                    for f in 0..20 {
+                        batch.put(key(round * 20 + f + 100_000), [0u8; 64]);
+                    }
+                    db.write(&batch).unwrap();
+                    round += 1;
+                    written.store(round, Ordering::Relaxed);
+                }
+                round
+            })
+        };
+        GroupWriter {
+            stop,
+            written,
+            handle,
+        }
+    }
+
+    /// Rounds written so far.
+    pub fn rounds(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops the writer; returns the rounds it wrote.
+    pub fn finish(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
