@@ -33,7 +33,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
-use crate::filter::{key_hash, FilterPolicy};
+use crate::filter::{key_hash, FilterPolicy, NoFilter};
 use crate::fs::FileSystem;
 use crate::iter::InternalIterator;
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
@@ -733,7 +733,9 @@ fn filter_entries_of(opts: &Options, mem: &Memtable) -> u64 {
 /// The filter policy for tables a write (flush or compaction) adds to
 /// `level` of `version`, consuming the tables numbered in `consumed` and
 /// bringing about `written` entries: the configured policy, sized for the
-/// written run under [`FilterBudget::Monkey`].
+/// written run under [`FilterBudget::Monkey`]; no filter for a level below
+/// 0 that will be the deepest holding data when
+/// [`Options::last_level_filters`] is off.
 pub(crate) fn filter_policy_for_write(
     opts: &Options,
     version: &Version,
@@ -741,6 +743,9 @@ pub(crate) fn filter_policy_for_write(
     level: usize,
     written: u64,
 ) -> Arc<dyn FilterPolicy> {
+    if !opts.last_level_filters && level > 0 && level >= version.deepest_level_after(consumed) {
+        return Arc::new(NoFilter);
+    }
     if opts.filter_budget == FilterBudget::Uniform {
         return Arc::clone(&opts.filter_policy);
     }

@@ -173,6 +173,19 @@ impl Version {
         union
     }
 
+    /// The deepest level that still holds a table once the tables numbered
+    /// in `consumed` are gone (0 for an empty tree).
+    pub(crate) fn deepest_level_after(&self, consumed: &[u64]) -> usize {
+        self.levels
+            .iter()
+            .rposition(|tables| {
+                tables
+                    .iter()
+                    .any(|h| !consumed.contains(&h.record.file_number))
+            })
+            .unwrap_or(0)
+    }
+
     /// Total file bytes of `level`.
     pub(crate) fn level_bytes(&self, level: usize) -> u64 {
         self.levels

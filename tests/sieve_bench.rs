@@ -199,6 +199,40 @@ fn monkey_budget_runs_are_labelled_and_agree_with_their_tables() {
 }
 
 #[test]
+fn no_last_level_filters_runs_are_labelled_and_agree_with_their_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_bench(
+        dir.path(),
+        &[
+            "--num",
+            "60000",
+            "--reads",
+            "20000",
+            "--filter",
+            "bloom",
+            "--no-last-level-filters",
+            "--benchmarks",
+            "fillrandom,compact,readmissing",
+        ],
+    );
+    let run = run_of(&report, "bloom-lastlevel");
+    assert_eq!(f(phase(run, "readmissing"), &["found"]), 0.0);
+    let m = &run["missing"];
+    // A covering table in the deepest level has no filter: the expected
+    // reads count it as 1, and the measured ones follow.
+    let (measured, expected) = (
+        f(m, &["measured_blocks_per_get"]),
+        f(m, &["expected_blocks_per_get"]),
+    );
+    assert!(expected > 0.3, "{expected}");
+    let sigma = (expected / 20000.0).sqrt();
+    assert!(
+        (measured - expected).abs() <= 5.0 * sigma + 0.05 * expected,
+        "measured {measured} vs expected {expected} blocks per missing get"
+    );
+}
+
+#[test]
 fn cold_mode_reports_device_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let report = run_bench(

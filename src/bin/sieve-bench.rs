@@ -88,6 +88,11 @@ struct Args {
     /// the policy column then reads e.g. `bloom+monkey`). Peers ignore it.
     #[arg(long, value_enum, default_value_t = BudgetArg::Uniform)]
     filter_budget: BudgetArg,
+    /// sievedb writes the deepest level's tables without filters
+    /// (`Options::last_level_filters = false`; the policy column then reads
+    /// e.g. `bloom-lastlevel`). Peers ignore it.
+    #[arg(long)]
+    no_last_level_filters: bool,
     /// sievedb's memtable size in KiB [default: the engine's, 4096].
     #[arg(long)]
     memtable_kib: Option<u64>,
@@ -274,6 +279,7 @@ fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
         .transpose()?;
     Ok(SieveSettings {
         filter_budget: args.filter_budget.budget(),
+        last_level_filters: !args.no_last_level_filters,
         memtable_bytes: memtable,
         level1_bytes: kib_to_bytes("--level1-kib", args.level1_kib)?,
     })
@@ -374,6 +380,7 @@ fn run_one(
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let settings = sieve_settings(args)?;
     let budget = settings.filter_budget;
+    let last_level_filters = settings.last_level_filters;
     let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, settings)?
     else {
         eprintln!("{engine_name} has no {} filter: skipped", policy.name());
@@ -420,6 +427,9 @@ fn run_one(
                     // Each table at the size it records (under Monkey its
                     // run's), else at the setting.
                     let (covering, expected) = covering_tables(ks, tables, &idx, |t| {
+                        if t.filter_bytes == 0 {
+                            return Ok(1.0); // written without a filter
+                        }
                         let bits = t.filter_bits_per_key.unwrap_or(args.bits_per_key);
                         theoretical_fp_rate(policy, bits)
                     })?;
@@ -456,8 +466,17 @@ fn run_one(
     drop(engine);
     Ok(Some(Run {
         engine: engine_name.to_string(),
-        policy: match (engine_name, budget) {
-            ("sievedb", FilterBudget::Monkey) => format!("{}+monkey", policy.name()),
+        policy: match engine_name {
+            "sievedb" => {
+                let mut label = policy.name().to_string();
+                if budget == FilterBudget::Monkey {
+                    label.push_str("+monkey");
+                }
+                if !last_level_filters && policy != PolicyKind::None {
+                    label.push_str("-lastlevel");
+                }
+                label
+            }
             _ => policy.name().to_string(),
         },
         bits_per_key_setting: args.bits_per_key,

@@ -159,6 +159,8 @@ pub fn theoretical_fp_rate(kind: PolicyKind, bits_per_key: f64) -> BenchResult<f
 pub struct SieveSettings {
     /// `Options::filter_budget`.
     pub filter_budget: FilterBudget,
+    /// `Options::last_level_filters`.
+    pub last_level_filters: bool,
     /// `Options::memtable_bytes`, if not the default.
     pub memtable_bytes: Option<usize>,
     /// `Options::level1_bytes`, if not the default.
@@ -184,6 +186,7 @@ impl SieveEngine {
         let opts = Options {
             filter_policy: sieve_policy(kind, bits_per_key)?,
             filter_budget: settings.filter_budget,
+            last_level_filters: settings.last_level_filters,
             memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
             level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
             ..defaults
