@@ -22,7 +22,8 @@
 //! cut into tables of about `table_bytes` at user-key boundaries, and each
 //! output table's filter is built by the database's *current* policy from
 //! the keys actually written to it — so switching policy migrates the tree
-//! as it compacts.
+//! as it compacts (outputs to the deepest level get none when
+//! `Options::last_level_filters` is off).
 //!
 //! # Installing
 //! One manifest edit removes the inputs and adds the outputs. Until it is
@@ -275,7 +276,9 @@ impl DbInner {
 
     /// Rewrites every table: each level is merged into the next down to the
     /// deepest level holding data, whose tables are then rewritten in place.
-    /// Every table afterwards has a filter built by the current policy.
+    /// Every table afterwards has a filter built by the current policy (or,
+    /// with `Options::last_level_filters` off, none: all are in the deepest
+    /// level).
     pub(crate) fn compact_all(&self) -> Result<()> {
         let bottom = {
             let v = self.current();

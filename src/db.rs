@@ -549,8 +549,10 @@ impl Db {
 
     /// Rewrites every table (a full compaction): all data moves to the
     /// deepest level that holds data, and every table's filter is rebuilt by
-    /// the current filter policy. Use it after switching policy to migrate
-    /// the whole tree at once.
+    /// the current filter policy (none at all when
+    /// [`Options::last_level_filters`] is off: everything is then in the
+    /// deepest level). Use it after switching policy to migrate the whole
+    /// tree at once.
     pub fn compact_all(&self) -> Result<()> {
         self.check_open()?;
         self.inner.compact_all()
@@ -733,9 +735,8 @@ fn filter_entries_of(opts: &Options, mem: &Memtable) -> u64 {
 /// The filter policy for tables a write (flush or compaction) adds to
 /// `level` of `version`, consuming the tables numbered in `consumed` and
 /// bringing about `written` entries: the configured policy, sized for the
-/// written run under [`FilterBudget::Monkey`]; no filter for a level below
-/// 0 that will be the deepest holding data when
-/// [`Options::last_level_filters`] is off.
+/// written run under [`FilterBudget::Monkey`]; no filter for a level other
+/// than 0 with no data below it when [`Options::last_level_filters`] is off.
 pub(crate) fn filter_policy_for_write(
     opts: &Options,
     version: &Version,
@@ -743,7 +744,9 @@ pub(crate) fn filter_policy_for_write(
     level: usize,
     written: u64,
 ) -> Arc<dyn FilterPolicy> {
-    if !opts.last_level_filters && level > 0 && level >= version.deepest_level_after(consumed) {
+    // A compaction consumes tables at or above its output level only, so
+    // "no deeper level holds data" is also true after the write.
+    if !opts.last_level_filters && level > 0 && !version.holds_data_below(level) {
         return Arc::new(NoFilter);
     }
     if opts.filter_budget == FilterBudget::Uniform {

@@ -173,17 +173,12 @@ impl Version {
         union
     }
 
-    /// The deepest level that still holds a table once the tables numbered
-    /// in `consumed` are gone (0 for an empty tree).
-    pub(crate) fn deepest_level_after(&self, consumed: &[u64]) -> usize {
+    /// Whether any level below `level` holds a table.
+    pub(crate) fn holds_data_below(&self, level: usize) -> bool {
         self.levels
             .iter()
-            .rposition(|tables| {
-                tables
-                    .iter()
-                    .any(|h| !consumed.contains(&h.record.file_number))
-            })
-            .unwrap_or(0)
+            .skip(level + 1)
+            .any(|tables| !tables.is_empty())
     }
 
     /// Total file bytes of `level`.

@@ -120,3 +120,41 @@ fn the_default_keeps_filters_everywhere() {
     db.compact_all().unwrap();
     assert!(db.tables().iter().all(|t| t.filter_bytes > 0));
 }
+
+#[test]
+fn two_levels_and_monkey_and_prefixes_keep_answers_right() {
+    for (num_levels, budget, prefix) in [
+        (2, sievedb::FilterBudget::Uniform, None),
+        (7, sievedb::FilterBudget::Monkey, Some(7)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = small_options();
+        opts.last_level_filters = false;
+        opts.num_levels = num_levels;
+        opts.filter_budget = budget;
+        opts.prefix_filter_len = prefix;
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        let mut rng = Rng(5);
+        load(&db, 0..20_000, &mut rng);
+        db.compact().unwrap();
+        load(&db, 20_000..21_000, &mut rng);
+        drop(db); // the last writes are replayed from the log at open
+        let db = Db::open(dir.path(), opts).unwrap();
+        let tables = db.tables();
+        let last = deepest(&tables);
+        assert!(tables
+            .iter()
+            .all(|t| (t.level == last) == (t.filter_bytes == 0) || t.level > 0 && t.level < last));
+        for i in (0..21_000).step_by(7) {
+            assert!(db.get(key(2 * i)).unwrap().is_some());
+            assert_eq!(db.get(key(2 * i + 1)).unwrap(), None);
+        }
+        let all: Vec<Vec<u8>> = db
+            .scan_prefix(b"key0000")
+            .unwrap()
+            .map(|r| r.unwrap().0)
+            .collect();
+        let want: Vec<Vec<u8>> = (0..5_000).map(|i| key(2 * i)).collect();
+        assert_eq!(all, want, "{num_levels} levels");
+    }
+}

@@ -61,7 +61,10 @@ pub enum FilterBudget {
     /// false positives of a missing key at about the same total filter
     /// memory. Applies to policies that report a size
     /// ([`FilterPolicy::budget_bits_per_key`]: the blocked Bloom and Ribbon
-    /// policies); others are used as they are.
+    /// policies); others are used as they are. With
+    /// [`Options::last_level_filters`](crate::Options::last_level_filters)
+    /// off, the filterless deepest run still counts in the allocation, so
+    /// the tree's average ends below the policy's.
     Monkey,
 }
 
