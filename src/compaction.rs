@@ -34,7 +34,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::db::{filter_policy_for_write, finish_table, record_for, table_options, DbInner};
+use crate::db::{
+    counters_of, filter_policy_for_write, finish_table, record_for, table_options, DbInner,
+};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
@@ -480,7 +482,7 @@ impl DbInner {
             &path,
             number,
             &self.opts.filter_policy,
-            Arc::clone(&self.counters),
+            Arc::clone(counters_of(&self.level_counters, level)),
         )?;
         TableHandle::new(
             record_for(level as u32, &meta),

@@ -70,6 +70,15 @@ thread_local! {
     static HOT_KEYS_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// The read counters of `level`'s tables (the deepest set for a level past
+/// the end, which validated options never produce).
+pub(crate) fn counters_of(
+    level_counters: &[Arc<ReadCounters>],
+    level: usize,
+) -> &Arc<ReadCounters> {
+    &level_counters[level.min(level_counters.len() - 1)]
+}
+
 /// The bounds of `range` as owned keys.
 pub(crate) fn owned_bounds<K: AsRef<[u8]>, R: RangeBounds<K>>(
     range: &R,
@@ -147,7 +156,11 @@ pub(crate) struct DbInner {
     pub(crate) opts: Options,
     pub(crate) fs: Arc<dyn FileSystem>,
     _lock: File,
+    /// The database's own read counters (`gets`).
     pub(crate) counters: Arc<ReadCounters>,
+    /// One set per level, moved by that level's tables (a table is opened
+    /// with its level's set and never changes level).
+    pub(crate) level_counters: Vec<Arc<ReadCounters>>,
     pub(crate) engine: EngineCounters,
     visible_seq: AtomicU64,
     /// The current super version: readers load it without locking.
@@ -228,6 +241,9 @@ impl Db {
         }
         let lock = acquire_lock(&dir)?;
         let counters = Arc::new(ReadCounters::default());
+        let level_counters: Vec<Arc<ReadCounters>> = (0..opts.num_levels)
+            .map(|_| Arc::new(ReadCounters::default()))
+            .collect();
 
         let recovered = Manifest::recover(fs.as_ref(), &dir)?;
         let old_manifest = recovered.as_ref().map(|(_, n)| *n);
@@ -277,7 +293,7 @@ impl Db {
                 &path,
                 record.file_number,
                 &opts.filter_policy,
-                Arc::clone(&counters),
+                Arc::clone(counters_of(&level_counters, record.level as usize)),
             )?;
             handles.push(TableHandle::new(
                 record.clone(),
@@ -312,8 +328,15 @@ impl Db {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
             let written = filter_entries_of(&opts, &replay);
             let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
-            let (record, table) =
-                write_level0_table(&dir, &fs, &opts, policy, &counters, &replay, number)?;
+            let (record, table) = write_level0_table(
+                &dir,
+                &fs,
+                &opts,
+                policy,
+                &level_counters[0],
+                &replay,
+                number,
+            )?;
             let path = dir.join(table_file_name(number));
             mstate.levels[0].push(record.clone());
             version = version.apply(
@@ -383,6 +406,7 @@ impl Db {
             fs,
             _lock: lock,
             counters,
+            level_counters,
             engine: EngineCounters::default(),
             visible_seq: AtomicU64::new(last_seq),
             sv: ArcSwap::from_pointee(sv),
@@ -633,6 +657,9 @@ impl Db {
     /// Sets the read I/O counters to zero (the shape is not a counter).
     pub fn reset_stats(&self) {
         self.inner.counters.reset();
+        for counters in &self.inner.level_counters {
+            counters.reset();
+        }
     }
 
     /// The directory the database lives in.
@@ -1216,7 +1243,7 @@ impl DbInner {
                 &self.fs,
                 &self.opts,
                 policy,
-                &self.counters,
+                &self.level_counters[0],
                 imm,
                 number,
             )?;
@@ -1281,7 +1308,10 @@ impl DbInner {
 
     fn stats(&self) -> Stats {
         let mut stats = Stats::default();
-        self.counters.snapshot_into(&mut stats);
+        self.counters.add_into(&mut stats);
+        for counters in &self.level_counters {
+            counters.add_into(&mut stats);
+        }
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
@@ -1293,11 +1323,12 @@ impl DbInner {
             let _ = all.merge(&sketch);
         }
         stats.distinct_keys = all.estimate();
-        for tables in &sv.version.levels {
+        for (i, tables) in sv.version.levels.iter().enumerate() {
             let mut level = LevelStats {
                 distinct_keys: Version::union_sketch(tables).estimate(),
                 ..LevelStats::default()
             };
+            counters_of(&self.level_counters, i).snapshot_into_level(&mut level);
             for t in tables {
                 let meta = t.table.meta();
                 level.tables += 1;

@@ -60,6 +60,32 @@ impl ReadCounters {
         }
     }
 
+    /// Copies the counters that tables move into `level`'s read fields.
+    pub(crate) fn snapshot_into_level(&self, level: &mut LevelStats) {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        level.filter_checks = l(&self.filter_checks);
+        level.filter_negatives = l(&self.filter_negatives);
+        level.filter_false_positives = l(&self.filter_false_positives);
+        level.filter_true_positives = l(&self.filter_true_positives);
+        level.data_block_reads = l(&self.data_block_reads);
+        level.get_data_block_reads = l(&self.get_data_block_reads);
+    }
+
+    /// Adds every counter into `stats`' totals.
+    pub(crate) fn add_into(&self, stats: &mut Stats) {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        stats.gets += l(&self.gets);
+        stats.filter_checks += l(&self.filter_checks);
+        stats.filter_negatives += l(&self.filter_negatives);
+        stats.filter_false_positives += l(&self.filter_false_positives);
+        stats.filter_true_positives += l(&self.filter_true_positives);
+        stats.data_block_reads += l(&self.data_block_reads);
+        stats.bytes_read += l(&self.bytes_read);
+        stats.get_data_block_reads += l(&self.get_data_block_reads);
+        stats.prefix_filter_checks += l(&self.prefix_filter_checks);
+        stats.prefix_filter_negatives += l(&self.prefix_filter_negatives);
+    }
+
     /// Copies the counters into `stats`.
     pub fn snapshot_into(&self, stats: &mut Stats) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -90,6 +116,19 @@ pub struct LevelStats {
     /// Estimated distinct user keys in the level (merged HyperLogLog of its
     /// tables).
     pub distinct_keys: u64,
+    /// Filters of the level's tables asked by point reads (a table's reads
+    /// count in the level it was written to; tables never change level).
+    pub filter_checks: u64,
+    /// Of those, answers "absent".
+    pub filter_negatives: u64,
+    /// Of those, "maybe" for a key the table did not hold.
+    pub filter_false_positives: u64,
+    /// Of those, "maybe" for a key the table held.
+    pub filter_true_positives: u64,
+    /// Data blocks of the level's tables read, by point reads and scans.
+    pub data_block_reads: u64,
+    /// Data blocks of the level's tables read by point reads.
+    pub get_data_block_reads: u64,
 }
 
 /// A snapshot of the database's counters and shape, from `Db::stats`.
