@@ -183,6 +183,11 @@ fn monkey_budget_runs_are_labelled_and_agree_with_their_tables() {
     let run = run_of(&report, "bloom+monkey");
     assert_eq!(f(phase(run, "readmissing"), &["found"]), 0.0);
     let m = &run["missing"];
+    // The per-level counters add up to the totals.
+    let per_level = m["per_level"].as_array().expect("per_level");
+    assert!(!per_level.is_empty());
+    let checks: f64 = per_level.iter().map(|l| l[1].as_f64().unwrap()).sum();
+    assert!((checks - f(m, &["filter_checks_per_get"])).abs() < 1e-9);
     // The expected reads add each covering table's own rate, at the size
     // the table recorded. (The `compact` phase settles the tree first, so
     // no flush races the shape taken before the reads.)

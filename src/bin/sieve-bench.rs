@@ -443,6 +443,16 @@ fn run_one(
                         measured_blocks_per_get: io.get_data_block_reads as f64 / gets,
                         measured_fp_rate_per_check: io.filter_false_positives as f64
                             / io.filter_checks.max(1) as f64,
+                        per_level: (0..io.filter_checks_per_level.len())
+                            .filter(|&l| io.filter_checks_per_level[l] > 0)
+                            .map(|l| {
+                                (
+                                    l,
+                                    io.filter_checks_per_level[l] as f64 / gets,
+                                    io.filter_false_positives_per_level[l] as f64 / gets,
+                                )
+                            })
+                            .collect(),
                     });
                 }
                 r
@@ -562,8 +572,17 @@ fn main() -> std::process::ExitCode {
     for r in &report.runs {
         if let Some(m) = &r.missing {
             println!(
-                "{} {}: {:.3} covering tables per missing get, {:.3} filter checks per get",
-                r.engine, r.policy, m.covering_tables_per_get, m.filter_checks_per_get
+                "{} {}: {:.3} covering tables per missing get, {:.3} filter checks per get; \
+                 per level, checks / false positives per missing get: {}",
+                r.engine,
+                r.policy,
+                m.covering_tables_per_get,
+                m.filter_checks_per_get,
+                m.per_level
+                    .iter()
+                    .map(|(l, c, fp)| format!("L{l} {c:.3} / {fp:.4}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }

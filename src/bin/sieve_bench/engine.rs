@@ -52,7 +52,14 @@ pub struct ReadIo {
     pub data_block_reads: u64,
     /// Bytes of data blocks read.
     pub bytes_read: u64,
+    /// Filter checks per level, level 0 first (levels past the tree's are 0).
+    pub filter_checks_per_level: [u64; MAX_LEVELS],
+    /// Filter false positives per level.
+    pub filter_false_positives_per_level: [u64; MAX_LEVELS],
 }
+
+/// Most levels sievedb's options allow (`Options::num_levels` is at most 16).
+pub const MAX_LEVELS: usize = 16;
 
 impl ReadIo {
     /// Counts accumulated between `before` and `self`.
@@ -76,6 +83,13 @@ impl ReadIo {
                 .data_block_reads
                 .saturating_sub(before.data_block_reads),
             bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
+            filter_checks_per_level: std::array::from_fn(|i| {
+                self.filter_checks_per_level[i].saturating_sub(before.filter_checks_per_level[i])
+            }),
+            filter_false_positives_per_level: std::array::from_fn(|i| {
+                self.filter_false_positives_per_level[i]
+                    .saturating_sub(before.filter_false_positives_per_level[i])
+            }),
         }
     }
 
@@ -89,6 +103,12 @@ impl ReadIo {
             get_data_block_reads: s.get_data_block_reads,
             data_block_reads: s.data_block_reads,
             bytes_read: s.bytes_read,
+            filter_checks_per_level: std::array::from_fn(|i| {
+                s.levels.get(i).map_or(0, |l| l.filter_checks)
+            }),
+            filter_false_positives_per_level: std::array::from_fn(|i| {
+                s.levels.get(i).map_or(0, |l| l.filter_false_positives)
+            }),
         }
     }
 }

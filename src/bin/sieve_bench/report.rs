@@ -61,6 +61,9 @@ pub struct MissingCheck {
     pub measured_blocks_per_get: f64,
     /// False positives per filter check, measured.
     pub measured_fp_rate_per_check: f64,
+    /// Per level that was checked, level 0 first: (level, filter checks per
+    /// missing get, false positives per missing get), measured.
+    pub per_level: Vec<(usize, f64, f64)>,
 }
 
 /// The shape of the tree the reads ran against.
