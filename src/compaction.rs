@@ -336,7 +336,8 @@ impl DbInner {
             job.inputs.iter().chain(job.overlaps.iter()).collect();
         let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
         for t in &all_inputs {
-            children.push(Box::new(t.table.iter()));
+            // Compaction's reads are `compaction_bytes_read`, not user reads.
+            children.push(Box::new(t.table.iter_uncounted()));
         }
         let mut merged = MergingIterator::new(children);
         merged.seek_to_first()?;

@@ -70,12 +70,18 @@ thread_local! {
     static HOT_KEYS_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The read counters of `level`'s tables (the deepest set for a level past
-/// the end, which validated options never produce).
+/// The read counters of `level`'s tables. Every level a table can be in has
+/// a set (`Db::open` refuses manifests with tables past `num_levels`, and
+/// compaction writes only to levels inside it); the clamp only keeps a
+/// broken invariant from panicking in release builds.
 pub(crate) fn counters_of(
     level_counters: &[Arc<ReadCounters>],
     level: usize,
 ) -> &Arc<ReadCounters> {
+    debug_assert!(
+        level < level_counters.len(),
+        "level {level} has no counters"
+    );
     &level_counters[level.min(level_counters.len() - 1)]
 }
 
@@ -1309,9 +1315,6 @@ impl DbInner {
     fn stats(&self) -> Stats {
         let mut stats = Stats::default();
         self.counters.add_into(&mut stats);
-        for counters in &self.level_counters {
-            counters.add_into(&mut stats);
-        }
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
@@ -1328,7 +1331,18 @@ impl DbInner {
                 distinct_keys: Version::union_sketch(tables).estimate(),
                 ..LevelStats::default()
             };
-            counters_of(&self.level_counters, i).snapshot_into_level(&mut level);
+            // Each level's counters are read once, and the totals are summed
+            // from what was read, so the levels add up to the totals even
+            // while reads run.
+            let counters = counters_of(&self.level_counters, i);
+            counters.snapshot_into_level(&mut level);
+            stats.filter_checks += level.filter_checks;
+            stats.filter_negatives += level.filter_negatives;
+            stats.filter_false_positives += level.filter_false_positives;
+            stats.filter_true_positives += level.filter_true_positives;
+            stats.data_block_reads += level.data_block_reads;
+            stats.get_data_block_reads += level.get_data_block_reads;
+            counters.add_unleveled_into(&mut stats);
             for t in tables {
                 let meta = t.table.meta();
                 level.tables += 1;

@@ -71,6 +71,16 @@ impl ReadCounters {
         level.get_data_block_reads = l(&self.get_data_block_reads);
     }
 
+    /// Adds the counters [`LevelStats`] does not show (gets, bytes read,
+    /// prefix-filter checks) into `stats`' totals.
+    pub(crate) fn add_unleveled_into(&self, stats: &mut Stats) {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        stats.gets += l(&self.gets);
+        stats.bytes_read += l(&self.bytes_read);
+        stats.prefix_filter_checks += l(&self.prefix_filter_checks);
+        stats.prefix_filter_negatives += l(&self.prefix_filter_negatives);
+    }
+
     /// Adds every counter into `stats`' totals.
     pub(crate) fn add_into(&self, stats: &mut Stats) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -125,7 +135,9 @@ pub struct LevelStats {
     pub filter_false_positives: u64,
     /// Of those, "maybe" for a key the table held.
     pub filter_true_positives: u64,
-    /// Data blocks of the level's tables read, by point reads and scans.
+    /// Data blocks of the level's tables read, by point reads and scans
+    /// (compaction's reads are not counted here: see
+    /// [`Stats::compaction_bytes_read`]).
     pub data_block_reads: u64,
     /// Data blocks of the level's tables read by point reads.
     pub get_data_block_reads: u64,

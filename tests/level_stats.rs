@@ -97,3 +97,38 @@ fn reads_count_in_the_level_that_served_them() {
     }
     assert_eq!(db.stats().levels[deep].filter_true_positives, 100);
 }
+
+#[test]
+fn every_level_of_a_deep_tree_counts_its_own_reads_and_compaction_counts_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.background_compaction = false;
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..60_000 {
+        db.put(key(2 * i), [1u8; 24]).unwrap();
+    }
+    db.flush().unwrap();
+    db.reset_stats();
+    db.compact().unwrap();
+    // Compaction reads its inputs, but not as user reads.
+    let s = db.stats();
+    assert_eq!((s.data_block_reads, s.bytes_read), (0, 0));
+    assert!(s.compaction_bytes_read > 0);
+    let tables = db.tables();
+    let levels: std::collections::BTreeSet<usize> = tables.iter().map(|t| t.level).collect();
+    assert!(levels.iter().any(|&l| l >= 2), "levels {levels:?}");
+    // Each key was written once, so it lives in exactly one table: a get of
+    // a table's smallest key is a true positive in that table's level only.
+    for &level in &levels {
+        let t = tables.iter().find(|t| t.level == level).unwrap();
+        db.reset_stats();
+        assert!(db.get(&t.smallest).unwrap().is_some());
+        let s = db.stats();
+        assert_eq!(s.levels[level].filter_true_positives, 1, "level {level}");
+        assert_eq!(level_sum(&s, |l| l.filter_true_positives), 1);
+        assert_eq!(
+            s.levels[level].get_data_block_reads,
+            1 + s.levels[level].filter_false_positives
+        );
+    }
+}

@@ -33,11 +33,14 @@ pub struct TableIter {
     /// The current entry's value, as a range of the mapped file.
     value: Range<usize>,
     valid: bool,
+    /// Whether block reads move the table's read counters.
+    counted: bool,
 }
 
 impl TableIter {
-    pub(crate) fn new(table: Arc<Table>) -> TableIter {
+    pub(crate) fn new(table: Arc<Table>, counted: bool) -> TableIter {
         TableIter {
+            counted,
             table,
             block: 0,
             contents: 0..0,
@@ -60,7 +63,11 @@ impl TableIter {
             return Ok(false);
         };
         let handle = entry.handle;
-        let view = self.table.data_block(handle)?;
+        let view = if self.counted {
+            self.table.data_block(handle)?
+        } else {
+            self.table.data_block_uncounted(handle)?
+        };
         let start = handle.offset as usize;
         self.contents = start..start + view.contents().len();
         self.block = i;

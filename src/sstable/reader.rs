@@ -241,6 +241,13 @@ impl Table {
     pub(crate) fn data_block(&self, h: BlockHandle) -> Result<BlockView<'_>> {
         ReadCounters::add(&self.counters.data_block_reads, 1);
         ReadCounters::add(&self.counters.bytes_read, h.len);
+        self.data_block_uncounted(h)
+    }
+
+    /// Reads a data block without counting it (compaction input: the
+    /// engine counts those bytes as `compaction_bytes_read`, and the read
+    /// counters describe what user reads cost).
+    pub(crate) fn data_block_uncounted(&self, h: BlockHandle) -> Result<BlockView<'_>> {
         let contents = self.block(h)?;
         BlockView::parse(contents, h.offset).map_err(|c| self.block_error(c))
     }
@@ -580,7 +587,13 @@ impl Table {
     /// A cursor over every entry, in internal-key order. It owns an `Arc`
     /// of the table, so it outlives whatever version handed the table out.
     pub fn iter(self: &Arc<Self>) -> TableIter {
-        TableIter::new(Arc::clone(self))
+        TableIter::new(Arc::clone(self), true)
+    }
+
+    /// A cursor whose block reads are not counted in the read counters
+    /// (compaction input).
+    pub(crate) fn iter_uncounted(self: &Arc<Self>) -> TableIter {
+        TableIter::new(Arc::clone(self), false)
     }
 }
 
