@@ -1314,7 +1314,9 @@ impl DbInner {
 
     fn stats(&self) -> Stats {
         let mut stats = Stats::default();
-        self.counters.add_into(&mut stats);
+        // The database's own set moves `gets` only; tables move their
+        // levels' sets, added below.
+        self.counters.add_unleveled_into(&mut stats);
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {

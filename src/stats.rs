@@ -81,21 +81,6 @@ impl ReadCounters {
         stats.prefix_filter_negatives += l(&self.prefix_filter_negatives);
     }
 
-    /// Adds every counter into `stats`' totals.
-    pub(crate) fn add_into(&self, stats: &mut Stats) {
-        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        stats.gets += l(&self.gets);
-        stats.filter_checks += l(&self.filter_checks);
-        stats.filter_negatives += l(&self.filter_negatives);
-        stats.filter_false_positives += l(&self.filter_false_positives);
-        stats.filter_true_positives += l(&self.filter_true_positives);
-        stats.data_block_reads += l(&self.data_block_reads);
-        stats.bytes_read += l(&self.bytes_read);
-        stats.get_data_block_reads += l(&self.get_data_block_reads);
-        stats.prefix_filter_checks += l(&self.prefix_filter_checks);
-        stats.prefix_filter_negatives += l(&self.prefix_filter_negatives);
-    }
-
     /// Copies the counters into `stats`.
     pub fn snapshot_into(&self, stats: &mut Stats) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
