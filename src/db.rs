@@ -1162,31 +1162,40 @@ impl DbInner {
         prefix: Option<&[u8]>,
     ) -> DbIterator {
         let wanted = |t: &Arc<TableHandle>| prefix.is_none_or(|p| t.table.may_contain_prefix(p));
-        let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
-        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-            children.push(Box::new(mem.iter()));
-        }
-        for (level, tables) in sv.version.levels.iter().enumerate() {
-            if level == 0 {
-                for t in tables.iter().filter(|t| wanted(t)) {
-                    children.push(Box::new(t.table.iter()));
-                }
-            } else {
-                // Dropping tables keeps the level sorted and disjoint.
-                let kept: Vec<Arc<TableHandle>> =
-                    tables.iter().filter(|t| wanted(t)).cloned().collect();
-                if !kept.is_empty() {
-                    children.push(Box::new(LevelIterator::new(kept)));
-                }
+        let level0: Vec<Arc<TableHandle>> = sv
+            .version
+            .levels
+            .first()
+            .into_iter()
+            .flatten()
+            .filter(|t| wanted(t))
+            .cloned()
+            .collect();
+        // Dropping tables keeps a deeper level sorted and disjoint.
+        let deeper: Vec<Vec<Arc<TableHandle>>> = sv
+            .version
+            .levels
+            .iter()
+            .skip(1)
+            .map(|tables| tables.iter().filter(|t| wanted(t)).cloned().collect())
+            .filter(|kept: &Vec<Arc<TableHandle>>| !kept.is_empty())
+            .collect();
+        // Owns `sv`, which keeps the memtables and table files alive as
+        // long as the scan.
+        let cursors = move || {
+            let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+            for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+                children.push(Box::new(mem.iter()));
             }
-        }
-        DbIterator::new(
-            Box::new(sv),
-            MergingIterator::new(children),
-            snapshot,
-            lower,
-            upper,
-        )
+            for t in &level0 {
+                children.push(Box::new(t.table.iter()));
+            }
+            for tables in &deeper {
+                children.push(Box::new(LevelIterator::new(tables.clone())));
+            }
+            MergingIterator::new(children)
+        };
+        DbIterator::new(Box::new(cursors), snapshot, lower, upper)
     }
 
     pub(crate) fn flush(&self) -> Result<()> {

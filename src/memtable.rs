@@ -105,9 +105,9 @@ impl Memtable {
         MemtableIter {
             mem: Arc::clone(self),
             buf: Vec::new(),
-            last: None,
             pos: 0,
-            exhausted: true,
+            lo: None,
+            hi: None,
         }
     }
 
@@ -144,34 +144,67 @@ impl Memtable {
 /// while keeping the cursor independent of the skip list's borrows.
 const REFILL: usize = 64;
 
-/// A cursor over a memtable. It copies entries out in small batches, so it
-/// owns its data and sees inserts made after it was created only if they
-/// sort after its position (the engine filters them out by sequence).
+/// A cursor over a memtable. It copies entries out in small batches (a
+/// window of the skip list, refilled forward or backward when the cursor
+/// steps off either end), so it owns its data and sees inserts made after
+/// it was created only if they sort outside its window (the engine filters
+/// them out by sequence).
 pub(crate) struct MemtableIter {
     mem: Arc<Memtable>,
+    /// The window: encoded internal keys and values, in order.
     buf: Vec<(Vec<u8>, Vec<u8>)>,
-    last: Option<InternalKey>,
+    /// The current entry in `buf`; `buf.len()` when invalid.
     pos: usize,
-    exhausted: bool,
+    /// The skip-list key of the window's first entry when the skip list
+    /// may hold entries before the window: where a backward refill starts.
+    lo: Option<InternalKey>,
+    /// The skip-list key of the window's last entry when the skip list may
+    /// hold entries after the window: where a forward refill starts.
+    hi: Option<InternalKey>,
 }
 
 impl MemtableIter {
+    /// Fills the window with up to [`REFILL`] entries from `lower` on and
+    /// moves to its first.
     fn fill_from(&mut self, lower: Bound<&InternalKey>) {
         self.buf.clear();
-        self.pos = 0;
+        self.lo = None;
+        self.hi = None;
         let mut cursor = self.mem.map.lower_bound(lower);
-        self.last = None;
         while let Some(entry) = cursor {
-            if self.buf.len() == REFILL {
-                break;
-            }
             self.buf.push((entry.key().encode(), entry.value().clone()));
+            if self.buf.len() == 1 && !matches!(lower, Bound::Unbounded) {
+                self.lo = Some(entry.key().clone());
+            }
             if self.buf.len() == REFILL {
-                self.last = Some(entry.key().clone());
+                self.hi = Some(entry.key().clone());
+                break;
             }
             cursor = entry.next();
         }
-        self.exhausted = self.buf.len() < REFILL;
+        self.pos = 0;
+    }
+
+    /// Fills the window with up to [`REFILL`] entries up to `upper` and
+    /// moves to its last.
+    fn fill_back(&mut self, upper: Bound<&InternalKey>) {
+        self.buf.clear();
+        self.lo = None;
+        self.hi = None;
+        let mut cursor = self.mem.map.upper_bound(upper);
+        while let Some(entry) = cursor {
+            self.buf.push((entry.key().encode(), entry.value().clone()));
+            if self.buf.len() == 1 && !matches!(upper, Bound::Unbounded) {
+                self.hi = Some(entry.key().clone());
+            }
+            if self.buf.len() == REFILL {
+                self.lo = Some(entry.key().clone());
+                break;
+            }
+            cursor = entry.prev();
+        }
+        self.buf.reverse();
+        self.pos = self.buf.len().saturating_sub(1);
     }
 }
 
@@ -186,28 +219,42 @@ impl InternalIterator for MemtableIter {
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        match decode_internal_key(target) {
-            Some((user, seq, kind)) => {
-                let probe = InternalKey::new(user, seq, kind);
-                self.fill_from(Bound::Included(&probe));
-            }
-            None => {
-                // Not a full internal key: seek to the newest version of
-                // the target taken as a user key.
-                let probe = InternalKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put);
-                self.fill_from(Bound::Included(&probe));
-            }
-        }
+        let probe = probe_key(target);
+        self.fill_from(Bound::Included(&probe));
         Ok(())
     }
 
     fn next(&mut self) -> Result<()> {
         self.pos += 1;
-        if self.pos >= self.buf.len() && !self.exhausted {
-            if let Some(last) = self.last.take() {
+        if self.pos >= self.buf.len() {
+            if let Some(last) = self.hi.take() {
                 self.fill_from(Bound::Excluded(&last));
+            } else {
+                self.pos = self.buf.len();
             }
         }
+        Ok(())
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.fill_back(Bound::Unbounded);
+        Ok(())
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        if self.pos > 0 && self.pos < self.buf.len() {
+            self.pos -= 1;
+        } else if let Some(first) = self.lo.take() {
+            self.fill_back(Bound::Excluded(&first));
+        } else {
+            self.pos = self.buf.len();
+        }
+        Ok(())
+    }
+
+    fn seek_before(&mut self, target: &[u8]) -> Result<()> {
+        let probe = probe_key(target);
+        self.fill_back(Bound::Excluded(&probe));
         Ok(())
     }
 
@@ -217,5 +264,15 @@ impl InternalIterator for MemtableIter {
 
     fn value(&self) -> &[u8] {
         &self.buf[self.pos].1
+    }
+}
+
+/// The skip-list key a seek target stands for: the target itself when it
+/// is an encoded internal key, otherwise the newest version of the target
+/// taken as a user key.
+fn probe_key(target: &[u8]) -> InternalKey {
+    match decode_internal_key(target) {
+        Some((user, seq, kind)) => InternalKey::new(user, seq, kind),
+        None => InternalKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put),
     }
 }

@@ -20,9 +20,18 @@ use crate::key::{
 use crate::version::TableHandle;
 
 /// The union of several sorted cursors, in internal-key order.
+///
+/// It walks one way at a time: after [`seek`](InternalIterator::seek) or
+/// [`seek_to_first`](InternalIterator::seek_to_first) only forward with
+/// `next`, after [`seek_before`](InternalIterator::seek_before) or
+/// [`seek_to_last`](InternalIterator::seek_to_last) only backward with
+/// `prev`: every child then sits on its own next (or previous) entry, so
+/// the current one is the smallest (or largest) of them. A scan that walks
+/// both ways ([`DbIterator`] as a double-ended iterator) uses two.
 pub(crate) struct MergingIterator {
     children: Vec<Box<dyn InternalIterator>>,
     current: Option<usize>,
+    backward: bool,
 }
 
 impl MergingIterator {
@@ -30,7 +39,24 @@ impl MergingIterator {
         MergingIterator {
             children,
             current: None,
+            backward: false,
         }
+    }
+
+    /// Points `current` at the child with the largest key (the mirror of
+    /// [`find_smallest`](Self::find_smallest)).
+    fn find_largest(&mut self) {
+        let mut best: Option<usize> = None;
+        for (i, child) in self.children.iter().enumerate() {
+            if !child.valid() {
+                continue;
+            }
+            best = match best {
+                Some(b) if compare_internal(self.children[b].key(), child.key()).is_ge() => Some(b),
+                _ => Some(i),
+            };
+        }
+        self.current = best;
     }
 
     /// Points `current` at the child with the smallest key. A handful of
@@ -57,6 +83,7 @@ impl InternalIterator for MergingIterator {
     }
 
     fn seek_to_first(&mut self) -> Result<()> {
+        self.backward = false;
         for child in &mut self.children {
             child.seek_to_first()?;
         }
@@ -65,6 +92,7 @@ impl InternalIterator for MergingIterator {
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.backward = false;
         for child in &mut self.children {
             child.seek(target)?;
         }
@@ -73,9 +101,37 @@ impl InternalIterator for MergingIterator {
     }
 
     fn next(&mut self) -> Result<()> {
+        debug_assert!(!self.backward, "next after a backward positioning");
         if let Some(i) = self.current {
             self.children[i].next()?;
             self.find_smallest();
+        }
+        Ok(())
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.backward = true;
+        for child in &mut self.children {
+            child.seek_to_last()?;
+        }
+        self.find_largest();
+        Ok(())
+    }
+
+    fn seek_before(&mut self, target: &[u8]) -> Result<()> {
+        self.backward = true;
+        for child in &mut self.children {
+            child.seek_before(target)?;
+        }
+        self.find_largest();
+        Ok(())
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        debug_assert!(self.backward, "prev after a forward positioning");
+        if let Some(i) = self.current {
+            self.children[i].prev()?;
+            self.find_largest();
         }
         Ok(())
     }
@@ -117,6 +173,23 @@ impl LevelIterator {
             .tables
             .get(index)
             .map(|t| Box::new(t.table.iter()) as Box<dyn InternalIterator>);
+    }
+
+    /// Moves to preceding tables until one has an entry.
+    fn skip_exhausted_back(&mut self) -> Result<()> {
+        while let Some(cur) = &self.current {
+            if cur.valid() {
+                break;
+            }
+            let Some(before) = self.index.checked_sub(1) else {
+                break;
+            };
+            self.open(before);
+            if let Some(cur) = &mut self.current {
+                cur.seek_to_last()?;
+            }
+        }
+        Ok(())
     }
 
     /// Moves to following tables until one has an entry.
@@ -168,6 +241,25 @@ impl InternalIterator for LevelIterator {
         self.skip_exhausted()
     }
 
+    fn seek_to_last(&mut self) -> Result<()> {
+        let Some(last) = self.tables.len().checked_sub(1) else {
+            self.current = None;
+            return Ok(());
+        };
+        self.open(last);
+        if let Some(cur) = &mut self.current {
+            cur.seek_to_last()?;
+        }
+        self.skip_exhausted_back()
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        if let Some(cur) = &mut self.current {
+            cur.prev()?;
+        }
+        self.skip_exhausted_back()
+    }
+
     fn key(&self) -> &[u8] {
         self.current.as_ref().map(|c| c.key()).unwrap_or(&[])
     }
@@ -177,106 +269,188 @@ impl InternalIterator for LevelIterator {
     }
 }
 
+/// Builds a fresh merged cursor over a scan's sources (memtables and
+/// tables of one pinned read view). It owns what it reads from, so the
+/// files stay alive as long as the scan does.
+pub(crate) type CursorSource = Box<dyn Fn() -> MergingIterator + Send + Sync>;
+
 /// A range scan over the database at a point-in-time snapshot.
 ///
 /// Yields `(key, value)` pairs in ascending key order, each live key once
 /// with its newest value as of the moment the scan started; writes, flushes
 /// and compactions that happen while it runs do not affect it. Returned by
 /// [`Db::scan`](crate::Db::scan) and [`Db::iter`](crate::Db::iter).
+///
+/// It is also a [`DoubleEndedIterator`]: `.rev()` yields the same pairs in
+/// descending key order, and `next` and `next_back` can be mixed; the two
+/// ends meet and then both return `None`. Each end has its own cursor,
+/// created on its first use: a scan read only forward never pays for the
+/// backward one.
+///
+/// After an error (I/O or corruption) the iterator returns `None` from
+/// both ends.
 pub struct DbIterator {
-    // Keeps memtables and table files alive for the scan's lifetime.
-    _pin: Box<dyn Send + Sync>,
-    inner: MergingIterator,
+    cursors: CursorSource,
+    front: Option<MergingIterator>,
+    back: Option<MergingIterator>,
     snapshot: SequenceNumber,
+    /// Keys the front end may still yield start here; it becomes
+    /// `Excluded(k)` once the front yields `k`, which stops the back end.
     lower: Bound<Vec<u8>>,
+    /// Keys the back end may still yield end here; it becomes
+    /// `Excluded(k)` once the back yields `k`, which stops the front end.
     upper: Bound<Vec<u8>>,
-    started: bool,
     done: bool,
+    /// The last user key the front end stepped past.
     last_user_key: Option<Vec<u8>>,
 }
 
 impl DbIterator {
     pub(crate) fn new(
-        pin: Box<dyn Send + Sync>,
-        inner: MergingIterator,
+        cursors: CursorSource,
         snapshot: SequenceNumber,
         lower: Bound<Vec<u8>>,
         upper: Bound<Vec<u8>>,
     ) -> DbIterator {
         DbIterator {
-            _pin: pin,
-            inner,
+            cursors,
+            front: None,
+            back: None,
             snapshot,
             lower,
             upper,
-            started: false,
             done: false,
             last_user_key: None,
         }
     }
 
-    fn start(&mut self) -> Result<()> {
-        self.started = true;
-        match &self.lower {
-            Bound::Unbounded => self.inner.seek_to_first(),
-            Bound::Included(k) | Bound::Excluded(k) => {
-                let mut target = Vec::with_capacity(k.len() + 8);
-                encode_internal_key(&mut target, k, MAX_SEQUENCE, ValueKind::Put);
-                if let Bound::Excluded(k) = &self.lower {
-                    self.last_user_key = Some(k.clone());
+    /// The front cursor, created and positioned at the lower bound on
+    /// first use.
+    fn start_front(&mut self) -> Result<()> {
+        if self.front.is_none() {
+            let mut cursor = (self.cursors)();
+            match &self.lower {
+                Bound::Unbounded => cursor.seek_to_first()?,
+                Bound::Included(k) | Bound::Excluded(k) => {
+                    let mut target = Vec::with_capacity(k.len() + 8);
+                    encode_internal_key(&mut target, k, MAX_SEQUENCE, ValueKind::Put);
+                    if let Bound::Excluded(k) = &self.lower {
+                        self.last_user_key = Some(k.clone());
+                    }
+                    cursor.seek(&target)?;
                 }
-                self.inner.seek(&target)
             }
+            self.front = Some(cursor);
         }
+        Ok(())
     }
 
-    fn past_upper(&self, user_key: &[u8]) -> bool {
-        match &self.upper {
-            Bound::Unbounded => false,
-            Bound::Included(u) => user_key > u.as_slice(),
-            Bound::Excluded(u) => user_key >= u.as_slice(),
+    /// The back cursor, created and positioned at the upper bound on first
+    /// use: on the last entry of the last user key the bound admits.
+    fn start_back(&mut self) -> Result<()> {
+        if self.back.is_none() {
+            let mut cursor = (self.cursors)();
+            let mut target = Vec::new();
+            match &self.upper {
+                Bound::Unbounded => cursor.seek_to_last()?,
+                // Every entry of a key `<= u` sorts before the newest
+                // possible version of `u ++ [0]`, the smallest longer key.
+                Bound::Included(u) => {
+                    let mut next_key = Vec::with_capacity(u.len() + 1);
+                    next_key.extend_from_slice(u);
+                    next_key.push(0);
+                    encode_internal_key(&mut target, &next_key, MAX_SEQUENCE, ValueKind::Put);
+                    cursor.seek_before(&target)?;
+                }
+                // ... and every entry of a key `< u` before that of `u`.
+                Bound::Excluded(u) => {
+                    encode_internal_key(&mut target, u, MAX_SEQUENCE, ValueKind::Put);
+                    cursor.seek_before(&target)?;
+                }
+            }
+            self.back = Some(cursor);
         }
+        Ok(())
     }
 
+    /// The next live pair from the front end.
     fn advance(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        if !self.started {
-            self.start()?;
-        }
-        while self.inner.valid() {
-            let (user, seq, kind) = decode_internal_key(self.inner.key()).ok_or_else(|| {
-                Error::corruption("<scan>", None, "malformed internal key in scan")
-            })?;
-            if seq > self.snapshot || self.last_user_key.as_deref() == Some(user) {
-                self.inner.next()?;
+        self.start_front()?;
+        let snapshot = self.snapshot;
+        loop {
+            let Some(cursor) = self.front.as_mut().filter(|c| c.valid()) else {
+                return Ok(None);
+            };
+            let (user, seq, kind) =
+                decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
+            if seq > snapshot || self.last_user_key.as_deref() == Some(user) {
+                cursor.next()?;
                 continue;
             }
-            if self.past_upper(user) {
+            if past_upper(&self.upper, user) {
                 return Ok(None);
             }
             // The newest visible version of a new user key.
             let user = user.to_vec();
             let item = match kind {
-                ValueKind::Put => Some((user.clone(), self.inner.value().to_vec())),
+                ValueKind::Put => Some((user.clone(), cursor.value().to_vec())),
                 ValueKind::Delete => None,
             };
+            cursor.next()?;
+            if item.is_some() {
+                self.lower = Bound::Excluded(user.clone());
+            }
             self.last_user_key = Some(user);
-            self.inner.next()?;
             if item.is_some() {
                 return Ok(item);
             }
         }
-        Ok(None)
     }
-}
 
-impl Iterator for DbIterator {
-    type Item = Result<(Vec<u8>, Vec<u8>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+    /// The next live pair from the back end. Walking backward, a user
+    /// key's versions come oldest first, so the visible one is the last
+    /// version at or below the snapshot before the key changes.
+    fn retreat(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.start_back()?;
+        let snapshot = self.snapshot;
+        loop {
+            let Some(cursor) = self.back.as_mut().filter(|c| c.valid()) else {
+                return Ok(None);
+            };
+            let (user, _, _) = decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
+            let user = user.to_vec();
+            if before_lower(&self.lower, &user) {
+                return Ok(None);
+            }
+            let mut newest: Option<Option<Vec<u8>>> = None;
+            while cursor.valid() {
+                let (u, seq, kind) =
+                    decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
+                if u != user.as_slice() {
+                    break;
+                }
+                if seq <= snapshot {
+                    newest = Some(match kind {
+                        ValueKind::Put => Some(cursor.value().to_vec()),
+                        ValueKind::Delete => None,
+                    });
+                }
+                cursor.prev()?;
+            }
+            if let Some(Some(value)) = newest {
+                self.upper = Bound::Excluded(user.clone());
+                return Ok(Some((user, value)));
+            }
         }
-        match self.advance() {
+    }
+
+    /// Turns one end's step into the iterator's answer; the scan ends (at
+    /// both ends) at the first `None` or error.
+    fn finish(
+        &mut self,
+        step: Result<Option<(Vec<u8>, Vec<u8>)>>,
+    ) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        match step {
             Ok(Some(item)) => Some(Ok(item)),
             Ok(None) => {
                 self.done = true;
@@ -287,5 +461,47 @@ impl Iterator for DbIterator {
                 Some(Err(e))
             }
         }
+    }
+}
+
+fn past_upper(upper: &Bound<Vec<u8>>, user_key: &[u8]) -> bool {
+    match upper {
+        Bound::Unbounded => false,
+        Bound::Included(u) => user_key > u.as_slice(),
+        Bound::Excluded(u) => user_key >= u.as_slice(),
+    }
+}
+
+fn before_lower(lower: &Bound<Vec<u8>>, user_key: &[u8]) -> bool {
+    match lower {
+        Bound::Unbounded => false,
+        Bound::Included(l) => user_key < l.as_slice(),
+        Bound::Excluded(l) => user_key <= l.as_slice(),
+    }
+}
+
+fn scan_corruption() -> Error {
+    Error::corruption("<scan>", None, "malformed internal key in scan")
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let step = self.advance();
+        self.finish(step)
+    }
+}
+
+impl DoubleEndedIterator for DbIterator {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let step = self.retreat();
+        self.finish(step)
     }
 }

@@ -140,6 +140,9 @@ pub(crate) struct SeekResult {
     /// Its key is left in the caller's key buffer. `None` if every entry of
     /// the block is smaller than the target.
     pub(crate) hit: Option<(Range<usize>, usize)>,
+    /// Offset of the hit's entry in the block (0 without a hit): where a
+    /// cursor steps back from.
+    pub(crate) hit_start: usize,
     /// True when the entry just before the hit (or the last entry, if there
     /// is no hit) lies in this block and has the target's user key.
     pub(crate) prev_same_user: bool,
@@ -315,6 +318,7 @@ impl<'a> BlockView<'a> {
         if self.num_restarts == 0 {
             return Ok(SeekResult {
                 hit: None,
+                hit_start: 0,
                 prev_same_user: false,
                 hit_is_first: false,
             });
@@ -339,6 +343,7 @@ impl<'a> BlockView<'a> {
             if cmp_internal_parts(key, user_key, trailer) != Ordering::Less {
                 return Ok(SeekResult {
                     hit: Some((value, next)),
+                    hit_start: pos,
                     prev_same_user,
                     hit_is_first: first,
                 });
@@ -349,9 +354,54 @@ impl<'a> BlockView<'a> {
         }
         Ok(SeekResult {
             hit: None,
+            hit_start: 0,
             prev_same_user,
             hit_is_first: false,
         })
+    }
+
+    /// Decodes the entry that ends where the entry at `pos` starts (`pos ==
+    /// entries_end()` for the block's last entry) into `key` and returns
+    /// (its offset, value range, offset of the next entry), or `None` when
+    /// `pos` is 0. Keys are prefix-compressed, so a backward step finds the
+    /// last restart point before `pos` (binary search) and decodes forward
+    /// from it: at most one restart interval.
+    pub(crate) fn entry_before(
+        &self,
+        pos: usize,
+        key: &mut Vec<u8>,
+    ) -> Result<Option<(usize, Range<usize>, usize)>, BlockCorruption> {
+        if pos == 0 || self.num_restarts == 0 {
+            return Ok(None);
+        }
+        if pos > self.entries_end {
+            return Err(self.corrupt(pos, "entry offset past the entries"));
+        }
+        // Invariant: restart `lo` is the first one (at offset 0 < pos), or
+        // its offset is < pos.
+        let (mut lo, mut hi) = (0usize, self.num_restarts - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.restart(mid)? < pos {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let mut at = self.restart(lo)?;
+        key.clear();
+        loop {
+            let (value, next) = self.next_into(at, key)?;
+            if next == pos {
+                return Ok(Some((at, value, next)));
+            }
+            if next > pos {
+                // Entries decoded from the restart point step over `pos`:
+                // it is not an entry boundary (damaged restart array).
+                return Err(self.corrupt(at, "entries do not line up with the restart points"));
+            }
+            at = next;
+        }
     }
 }
 
@@ -404,6 +454,45 @@ mod tests {
         assert_eq!(n, 50);
     }
 
+    /// Walking backward with `entry_before` from the end visits every
+    /// entry in reverse, with its value and offsets, for every restart
+    /// interval (1 = every entry a restart point).
+    #[test]
+    fn entry_before_walks_backward() {
+        for interval in [1, 2, 3, 4, 16, 100] {
+            let mut b = BlockBuilder::new(interval);
+            let keys: Vec<Vec<u8>> = (0..37u32)
+                .map(|i| ikey(format!("key{:04}", i * 3).as_bytes(), 5))
+                .collect();
+            for (i, k) in keys.iter().enumerate() {
+                b.add(k, format!("v{i}").as_bytes());
+            }
+            let contents = b.finish().to_vec();
+            let view = BlockView::parse(&contents, 0).unwrap();
+            let mut key = Vec::new();
+            let mut pos = view.entries_end();
+            for want in (0..keys.len()).rev() {
+                let (start, value, next) = view.entry_before(pos, &mut key).unwrap().unwrap();
+                assert_eq!(next, pos, "interval {interval}");
+                assert_eq!(key, keys[want], "interval {interval}");
+                assert_eq!(&contents[value], format!("v{want}").as_bytes());
+                pos = start;
+            }
+            assert_eq!(pos, 0);
+            assert!(view.entry_before(0, &mut key).unwrap().is_none());
+            // From a seek hit, one step back is the entry before it.
+            let r = view
+                .seek(b"key0030", pack_trailer(5, ValueKind::Put), &mut key)
+                .unwrap();
+            assert_eq!(key, keys[10]);
+            view.entry_before(r.hit_start, &mut key).unwrap().unwrap();
+            assert_eq!(key, keys[9]);
+            // An offset inside an entry is damage, not an answer.
+            assert!(view.entry_before(r.hit_start + 1, &mut key).is_err());
+            assert!(view.entry_before(view.entries_end() + 1, &mut key).is_err());
+        }
+    }
+
     /// Arbitrary damage inside a block (as if its checksum had been
     /// bypassed) yields errors or some entries, never a panic.
     #[test]
@@ -439,6 +528,12 @@ mod tests {
                     }
                     Err(_) => break,
                 }
+            }
+            let mut pos = view.entries_end();
+            while let Ok(Some((start, v, _))) = view.entry_before(pos, &mut key) {
+                assert!(bad.get(v).is_some());
+                assert!(start < pos);
+                pos = start;
             }
         }
     }

@@ -15,9 +15,9 @@ use crate::key::TRAILER_LEN;
 /// Owns an `Arc<Table>`, so it stays usable after the version that handed
 /// the table out is gone. Each data block it loads is counted in the
 /// table's `data_block_reads` and `bytes_read` and checksummed; damage is
-/// returned as [`Error::Corruption`] from [`seek`](InternalIterator::seek),
-/// [`seek_to_first`](InternalIterator::seek_to_first) or
-/// [`next`](InternalIterator::next), after which the cursor is invalid.
+/// returned as [`Error::Corruption`] from the call that read it (a seek,
+/// [`next`](InternalIterator::next) or [`prev`](InternalIterator::prev)),
+/// after which the cursor is invalid.
 #[derive(Debug)]
 pub struct TableIter {
     table: Arc<Table>,
@@ -26,6 +26,8 @@ pub struct TableIter {
     /// The loaded block's contents, as a range of the mapped file (already
     /// checksummed when it was loaded).
     contents: Range<usize>,
+    /// Offset, inside the loaded block, of the current entry.
+    start: usize,
     /// Offset, inside the loaded block, of the entry after the current one.
     next_pos: usize,
     /// The current entry's encoded internal key.
@@ -44,6 +46,7 @@ impl TableIter {
             table,
             block: 0,
             contents: 0..0,
+            start: 0,
             next_pos: 0,
             key: Vec::new(),
             value: 0..0,
@@ -89,8 +92,49 @@ impl TableIter {
             .next_into(self.next_pos, &mut self.key)
             .map_err(|c| corruption(path, c))?;
         self.value = base + value.start..base + value.end;
+        self.start = self.next_pos;
         self.next_pos = next;
         Ok(true)
+    }
+
+    /// Decodes the entry before offset `pos` of the loaded block (before
+    /// its end with `None`), if any.
+    fn step_back(&mut self, pos: Option<usize>) -> Result<bool> {
+        let base = self.contents.start;
+        let path = self.table.path();
+        let view = loaded_block(&self.table, &self.contents).map_err(|c| corruption(path, c))?;
+        let pos = pos.unwrap_or(view.entries_end());
+        match view
+            .entry_before(pos, &mut self.key)
+            .map_err(|c| corruption(path, c))?
+        {
+            Some((start, value, next)) => {
+                self.value = base + value.start..base + value.end;
+                self.start = start;
+                self.next_pos = next;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Positions on the last entry at or before block `i` (invalid if
+    /// there is none).
+    fn last_from_block(&mut self, mut i: usize) -> Result<()> {
+        self.valid = false;
+        loop {
+            if !self.load(i)? {
+                return Ok(());
+            }
+            if self.step_back(None)? {
+                self.valid = true;
+                return Ok(());
+            }
+            let Some(before) = i.checked_sub(1) else {
+                return Ok(());
+            };
+            i = before;
+        }
     }
 
     /// Positions on the first entry at or after block `i`.
@@ -155,6 +199,7 @@ impl InternalIterator for TableIter {
         match r.hit {
             Some((value, next)) => {
                 self.value = base + value.start..base + value.end;
+                self.start = r.hit_start;
                 self.next_pos = next;
                 self.valid = true;
                 Ok(())
@@ -174,6 +219,33 @@ impl InternalIterator for TableIter {
         let r = match self.step() {
             Ok(true) => Ok(()),
             Ok(false) => self.first_from_block(self.block + 1),
+            Err(e) => Err(e),
+        };
+        self.fail(r)
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.valid = false;
+        let Some(last) = self.table.data_blocks().checked_sub(1) else {
+            return Ok(());
+        };
+        let r = self.last_from_block(last);
+        self.fail(r)
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        if !self.valid {
+            return Err(Error::invalid("prev on an invalid table iterator"));
+        }
+        let r = match self.step_back(Some(self.start)) {
+            Ok(true) => Ok(()),
+            Ok(false) => match self.block.checked_sub(1) {
+                Some(before) => self.last_from_block(before),
+                None => {
+                    self.valid = false;
+                    Ok(())
+                }
+            },
             Err(e) => Err(e),
         };
         self.fail(r)
