@@ -276,3 +276,64 @@ fn probe_key(target: &[u8]) -> InternalKey {
         None => InternalKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::encode_internal_key;
+
+    fn ikey(i: u32) -> Vec<u8> {
+        let mut k = Vec::new();
+        encode_internal_key(&mut k, format!("k{i:05}").as_bytes(), 1, ValueKind::Put);
+        k
+    }
+
+    /// The cursor walks both ways from anywhere, across window refills in
+    /// either direction (a forward window stepped back past its start, a
+    /// backward window stepped forward past its end).
+    #[test]
+    fn cursor_walks_both_ways_across_windows() {
+        let mem = Arc::new(Memtable::new(1));
+        let n = 5 * REFILL as u32 + 7;
+        for i in 0..n {
+            mem.insert(format!("k{i:05}").as_bytes(), 1, ValueKind::Put, &i.to_le_bytes());
+        }
+        let mut it = mem.iter();
+        let at = |it: &MemtableIter, i: u32| {
+            assert!(it.valid(), "entry {i}");
+            assert_eq!(it.key(), ikey(i).as_slice());
+            assert_eq!(it.value(), i.to_le_bytes());
+        };
+        // Forward from the middle, then back past the first window's start.
+        it.seek(&ikey(100)).unwrap();
+        for i in 100..250 {
+            at(&it, i);
+            it.next().unwrap();
+        }
+        for i in (0..=250).rev() {
+            at(&it, i);
+            it.prev().unwrap();
+        }
+        assert!(!it.valid());
+        // Backward from the end, then forward past the window's end.
+        it.seek_to_last().unwrap();
+        for i in (100..n).rev() {
+            at(&it, i);
+            it.prev().unwrap();
+        }
+        for i in 99..n {
+            at(&it, i);
+            it.next().unwrap();
+        }
+        assert!(!it.valid());
+        // seek_before: the last entry strictly before the target.
+        it.seek_before(&ikey(200)).unwrap();
+        at(&it, 199);
+        it.seek_before(&ikey(0)).unwrap();
+        assert!(!it.valid());
+        it.seek_to_first().unwrap();
+        at(&it, 0);
+        it.prev().unwrap();
+        assert!(!it.valid());
+    }
+}
