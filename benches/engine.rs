@@ -1,6 +1,7 @@
 //! Point reads through the whole engine (memtable miss, then tables), the
-//! cost of feeding the hot-key sketch on the get path, and batches of reads
-//! by `get` against `multi_get`.
+//! cost of feeding the hot-key sketch on the get path, batches of reads by
+//! `get` against `multi_get`, and short range scans read forward against
+//! the same scans read backward (`.rev()`).
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
 //! (`BATCH=n` sets the `engine_multi_get` batch size, default 64).
@@ -95,5 +96,44 @@ fn multi_gets(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gets, multi_gets);
+/// Scans of `SCAN_LEN` keys from a random start, read forward and
+/// backward (`.rev()` of the same range), over the compacted tables with a
+/// memtable of recent overwrites in front of them.
+fn scans(c: &mut Criterion) {
+    const SCAN_LEN: u64 = 100;
+    let mut group = c.benchmark_group("engine_scan");
+    group.throughput(criterion::Throughput::Elements(SCAN_LEN));
+    let (_dir, db) = load(false);
+    for i in (0..KEYS).step_by(10) {
+        db.put(key(i * 2), [8u8; 100]).expect("put");
+    }
+    let mut i = 0u64;
+    let mut range = move || {
+        i = (i + 7919) % (KEYS - SCAN_LEN);
+        key(i * 2)..key((i + SCAN_LEN) * 2)
+    };
+    group.bench_function(format!("forward/{SCAN_LEN}"), |b| {
+        b.iter(|| {
+            let n = db.scan(range()).expect("scan").fold(0u64, |n, r| {
+                black_box(r.expect("item"));
+                n + 1
+            });
+            assert_eq!(n, SCAN_LEN);
+            n
+        })
+    });
+    group.bench_function(format!("reverse/{SCAN_LEN}"), |b| {
+        b.iter(|| {
+            let n = db.scan(range()).expect("scan").rev().fold(0u64, |n, r| {
+                black_box(r.expect("item"));
+                n + 1
+            });
+            assert_eq!(n, SCAN_LEN);
+            n
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gets, multi_gets, scans);
 criterion_main!(benches);

@@ -24,6 +24,11 @@
 //!     let (key, value) = item?;
 //!     println!("{key:?} = {value:?}");
 //! }
+//! // The same range, largest key first.
+//! for item in db.scan(b"a".as_slice()..b"z".as_slice())?.rev() {
+//!     let (key, _) = item?;
+//!     println!("{key:?}");
+//! }
 //! println!("{:?}", db.stats());
 //! db.close()?;
 //! # Ok(()) }
@@ -32,7 +37,8 @@
 //! * [`Db`]: open, put, get, `multi_get` (many keys at one snapshot),
 //!   [`Snapshot`]s (a pinned read view), checkpoints (an openable copy,
 //!   [`Db::checkpoint`]), prefix scans that skip tables by their filter
-//!   ([`Db::scan_prefix`], [`Options::prefix_filter_len`]), delete, atomic [`WriteBatch`]es, range scans, flush, compaction,
+//!   ([`Db::scan_prefix`], [`Options::prefix_filter_len`]), delete, atomic [`WriteBatch`]es, range scans (forward, backward or both
+//!   ends at once: [`DbIterator`]), flush, compaction,
 //!   statistics.
 //! * [`filter`]: the [`FilterPolicy`](filter::FilterPolicy) trait, the one
 //!   key hash, the blocked Bloom filter, the Ribbon filter and no filter;

@@ -296,7 +296,12 @@ mod tests {
         let mem = Arc::new(Memtable::new(1));
         let n = 5 * REFILL as u32 + 7;
         for i in 0..n {
-            mem.insert(format!("k{i:05}").as_bytes(), 1, ValueKind::Put, &i.to_le_bytes());
+            mem.insert(
+                format!("k{i:05}").as_bytes(),
+                1,
+                ValueKind::Put,
+                &i.to_le_bytes(),
+            );
         }
         let mut it = mem.iter();
         let at = |it: &MemtableIter, i: u32| {

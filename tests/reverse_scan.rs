@@ -290,8 +290,10 @@ fn reverse_scans_are_point_in_time_under_writes() {
 #[test]
 fn reverse_scan_reports_a_damaged_block() {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = Options::default();
-    opts.background_compaction = false;
+    let opts = Options {
+        background_compaction: false,
+        ..Options::default()
+    };
     let db = Db::open(dir.path(), opts.clone()).unwrap();
     for k in 0..5_000u64 {
         db.put(key(k), [7u8; 100]).unwrap();
