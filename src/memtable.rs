@@ -108,6 +108,7 @@ impl Memtable {
             pos: 0,
             lo: None,
             hi: None,
+            fill: FIRST_FILL,
         }
     }
 
@@ -140,9 +141,15 @@ impl Memtable {
     }
 }
 
-/// Entries copied out of the skip list per refill: amortises the lookups
-/// while keeping the cursor independent of the skip list's borrows.
+/// Entries copied out of the skip list per refill, at most: amortises the
+/// lookups while keeping the cursor independent of the skip list's borrows.
 const REFILL: usize = 64;
+
+/// Entries copied by the first fill after a seek; each refill in the same
+/// direction doubles it, up to [`REFILL`]. A short scan copies little, and
+/// a backward fill (each step back in the skip list is a search from its
+/// head) pays for few entries it does not use.
+const FIRST_FILL: usize = 8;
 
 /// A cursor over a memtable. It copies entries out in small batches (a
 /// window of the skip list, refilled forward or backward when the cursor
@@ -161,12 +168,15 @@ pub(crate) struct MemtableIter {
     /// The skip-list key of the window's last entry when the skip list may
     /// hold entries after the window: where a forward refill starts.
     hi: Option<InternalKey>,
+    /// Entries the next fill copies at most.
+    fill: usize,
 }
 
 impl MemtableIter {
-    /// Fills the window with up to [`REFILL`] entries from `lower` on and
+    /// Fills the window with up to `self.fill` entries from `lower` on and
     /// moves to its first.
     fn fill_from(&mut self, lower: Bound<&InternalKey>) {
+        let limit = self.fill;
         self.buf.clear();
         self.lo = None;
         self.hi = None;
@@ -176,7 +186,7 @@ impl MemtableIter {
             if self.buf.len() == 1 && !matches!(lower, Bound::Unbounded) {
                 self.lo = Some(entry.key().clone());
             }
-            if self.buf.len() == REFILL {
+            if self.buf.len() == limit {
                 self.hi = Some(entry.key().clone());
                 break;
             }
@@ -185,9 +195,10 @@ impl MemtableIter {
         self.pos = 0;
     }
 
-    /// Fills the window with up to [`REFILL`] entries up to `upper` and
+    /// Fills the window with up to `self.fill` entries up to `upper` and
     /// moves to its last.
     fn fill_back(&mut self, upper: Bound<&InternalKey>) {
+        let limit = self.fill;
         self.buf.clear();
         self.lo = None;
         self.hi = None;
@@ -197,7 +208,7 @@ impl MemtableIter {
             if self.buf.len() == 1 && !matches!(upper, Bound::Unbounded) {
                 self.hi = Some(entry.key().clone());
             }
-            if self.buf.len() == REFILL {
+            if self.buf.len() == limit {
                 self.lo = Some(entry.key().clone());
                 break;
             }
@@ -214,12 +225,14 @@ impl InternalIterator for MemtableIter {
     }
 
     fn seek_to_first(&mut self) -> Result<()> {
+        self.fill = FIRST_FILL;
         self.fill_from(Bound::Unbounded);
         Ok(())
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let probe = probe_key(target);
+        self.fill = FIRST_FILL;
         self.fill_from(Bound::Included(&probe));
         Ok(())
     }
@@ -228,6 +241,7 @@ impl InternalIterator for MemtableIter {
         self.pos += 1;
         if self.pos >= self.buf.len() {
             if let Some(last) = self.hi.take() {
+                self.fill = (self.fill * 2).min(REFILL);
                 self.fill_from(Bound::Excluded(&last));
             } else {
                 self.pos = self.buf.len();
@@ -237,6 +251,7 @@ impl InternalIterator for MemtableIter {
     }
 
     fn seek_to_last(&mut self) -> Result<()> {
+        self.fill = FIRST_FILL;
         self.fill_back(Bound::Unbounded);
         Ok(())
     }
@@ -245,6 +260,7 @@ impl InternalIterator for MemtableIter {
         if self.pos > 0 && self.pos < self.buf.len() {
             self.pos -= 1;
         } else if let Some(first) = self.lo.take() {
+            self.fill = (self.fill * 2).min(REFILL);
             self.fill_back(Bound::Excluded(&first));
         } else {
             self.pos = self.buf.len();
@@ -254,6 +270,7 @@ impl InternalIterator for MemtableIter {
 
     fn seek_before(&mut self, target: &[u8]) -> Result<()> {
         let probe = probe_key(target);
+        self.fill = FIRST_FILL;
         self.fill_back(Bound::Excluded(&probe));
         Ok(())
     }
