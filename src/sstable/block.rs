@@ -360,19 +360,23 @@ impl<'a> BlockView<'a> {
         })
     }
 
-    /// Decodes the entry that ends where the entry at `pos` starts (`pos ==
-    /// entries_end()` for the block's last entry) into `key` and returns
-    /// (its offset, value range, offset of the next entry), or `None` when
-    /// `pos` is 0. Keys are prefix-compressed, so a backward step finds the
-    /// last restart point before `pos` (binary search) and decodes forward
-    /// from it: at most one restart interval.
-    pub(crate) fn entry_before(
+    /// Decodes, in order, the entries from the last restart point before
+    /// `pos` up to the entry that ends at `pos`, calling `visit(offset, key,
+    /// value range, offset of the next entry)` on each; `key` ends holding
+    /// the last one's key. Nothing is visited when `pos` is 0.
+    ///
+    /// Keys are prefix-compressed, so stepping back means decoding forward
+    /// from a restart point (found by binary search): at most one restart
+    /// interval. A cursor walking backward keeps what this visits and
+    /// steps through the interval without decoding it again.
+    pub(crate) fn entries_before(
         &self,
         pos: usize,
         key: &mut Vec<u8>,
-    ) -> Result<Option<(usize, Range<usize>, usize)>, BlockCorruption> {
+        mut visit: impl FnMut(usize, &[u8], Range<usize>, usize),
+    ) -> Result<(), BlockCorruption> {
         if pos == 0 || self.num_restarts == 0 {
-            return Ok(None);
+            return Ok(());
         }
         if pos > self.entries_end {
             return Err(self.corrupt(pos, "entry offset past the entries"));
@@ -392,13 +396,14 @@ impl<'a> BlockView<'a> {
         key.clear();
         loop {
             let (value, next) = self.next_into(at, key)?;
-            if next == pos {
-                return Ok(Some((at, value, next)));
-            }
             if next > pos {
                 // Entries decoded from the restart point step over `pos`:
                 // it is not an entry boundary (damaged restart array).
                 return Err(self.corrupt(at, "entries do not line up with the restart points"));
+            }
+            visit(at, key, value, next);
+            if next == pos {
+                return Ok(());
             }
             at = next;
         }
@@ -409,6 +414,20 @@ impl<'a> BlockView<'a> {
 mod tests {
     use super::*;
     use crate::key::{encode_internal_key, pack_trailer, ValueKind};
+
+    /// The entry that ends at `pos` (the last one `entries_before`
+    /// visits): (offset, value range, offset of the next entry).
+    fn entry_before(
+        view: &BlockView<'_>,
+        pos: usize,
+        key: &mut Vec<u8>,
+    ) -> Result<Option<(usize, Range<usize>, usize)>, BlockCorruption> {
+        let mut last = None;
+        view.entries_before(pos, key, |start, _, value, next| {
+            last = Some((start, value, next));
+        })?;
+        Ok(last)
+    }
 
     fn ikey(user: &[u8], seq: u64) -> Vec<u8> {
         let mut k = Vec::new();
@@ -472,24 +491,24 @@ mod tests {
             let mut key = Vec::new();
             let mut pos = view.entries_end();
             for want in (0..keys.len()).rev() {
-                let (start, value, next) = view.entry_before(pos, &mut key).unwrap().unwrap();
+                let (start, value, next) = entry_before(&view, pos, &mut key).unwrap().unwrap();
                 assert_eq!(next, pos, "interval {interval}");
                 assert_eq!(key, keys[want], "interval {interval}");
                 assert_eq!(&contents[value], format!("v{want}").as_bytes());
                 pos = start;
             }
             assert_eq!(pos, 0);
-            assert!(view.entry_before(0, &mut key).unwrap().is_none());
+            assert!(entry_before(&view, 0, &mut key).unwrap().is_none());
             // From a seek hit, one step back is the entry before it.
             let r = view
                 .seek(b"key0030", pack_trailer(5, ValueKind::Put), &mut key)
                 .unwrap();
             assert_eq!(key, keys[10]);
-            view.entry_before(r.hit_start, &mut key).unwrap().unwrap();
+            entry_before(&view, r.hit_start, &mut key).unwrap().unwrap();
             assert_eq!(key, keys[9]);
             // An offset inside an entry is damage, not an answer.
-            assert!(view.entry_before(r.hit_start + 1, &mut key).is_err());
-            assert!(view.entry_before(view.entries_end() + 1, &mut key).is_err());
+            assert!(entry_before(&view, r.hit_start + 1, &mut key).is_err());
+            assert!(entry_before(&view, view.entries_end() + 1, &mut key).is_err());
         }
     }
 
@@ -530,7 +549,7 @@ mod tests {
                 }
             }
             let mut pos = view.entries_end();
-            while let Ok(Some((start, v, _))) = view.entry_before(pos, &mut key) {
+            while let Ok(Some((start, v, _))) = entry_before(&view, pos, &mut key) {
                 assert!(bad.get(v).is_some());
                 assert!(start < pos);
                 pos = start;

@@ -37,6 +37,12 @@ pub struct TableIter {
     valid: bool,
     /// Whether block reads move the table's read counters.
     counted: bool,
+    /// The restart interval a backward step decoded, in order, for the
+    /// steps back that follow (each pops one instead of decoding the
+    /// interval again): (offset, key range in `back_keys`, value range in
+    /// the block, offset of the next entry). Only for the loaded block.
+    back: Vec<(usize, Range<usize>, Range<usize>, usize)>,
+    back_keys: Vec<u8>,
 }
 
 impl TableIter {
@@ -51,6 +57,8 @@ impl TableIter {
             key: Vec::new(),
             value: 0..0,
             valid: false,
+            back: Vec::new(),
+            back_keys: Vec::new(),
         }
     }
 
@@ -75,6 +83,7 @@ impl TableIter {
         self.contents = start..start + view.contents().len();
         self.block = i;
         self.next_pos = 0;
+        self.back.clear();
         Ok(true)
     }
 
@@ -98,24 +107,34 @@ impl TableIter {
     }
 
     /// Decodes the entry before offset `pos` of the loaded block (before
-    /// its end with `None`), if any.
+    /// its end with `None`), if any: from the interval a previous step
+    /// back decoded when it holds that entry, otherwise by decoding the
+    /// restart interval before `pos` and keeping it.
     fn step_back(&mut self, pos: Option<usize>) -> Result<bool> {
         let base = self.contents.start;
         let path = self.table.path();
         let view = loaded_block(&self.table, &self.contents).map_err(|c| corruption(path, c))?;
         let pos = pos.unwrap_or(view.entries_end());
-        match view
-            .entry_before(pos, &mut self.key)
-            .map_err(|c| corruption(path, c))?
-        {
-            Some((start, value, next)) => {
-                self.value = base + value.start..base + value.end;
-                self.start = start;
-                self.next_pos = next;
-                Ok(true)
-            }
-            None => Ok(false),
+        if self.back.last().is_none_or(|e| e.3 != pos) {
+            self.back.clear();
+            self.back_keys.clear();
+            let (back, back_keys) = (&mut self.back, &mut self.back_keys);
+            view.entries_before(pos, &mut self.key, |start, key, value, next| {
+                let key_start = back_keys.len();
+                back_keys.extend_from_slice(key);
+                back.push((start, key_start..back_keys.len(), value, next));
+            })
+            .map_err(|c| corruption(path, c))?;
         }
+        let Some((start, key, value, next)) = self.back.pop() else {
+            return Ok(false);
+        };
+        self.key.clear();
+        self.key.extend_from_slice(&self.back_keys[key]);
+        self.value = base + value.start..base + value.end;
+        self.start = start;
+        self.next_pos = next;
+        Ok(true)
     }
 
     /// Positions on the last entry at or before block `i` (invalid if
