@@ -103,6 +103,10 @@ impl DbInner {
             // database's; its manifest takes the next one.
             let number = state.next_file_number;
             state.next_file_number = number + 1;
+            // The copy has no log: everything it holds is in its tables.
+            // Log number 0 says "no log is needed" (the open checks that
+            // the log a manifest names as the oldest still needed exists).
+            state.log_number = 0;
             made.push(dest.join(manifest_file_name(number)));
             made.push(dest.join(CURRENT_TEMP_FILE_NAME));
             made.push(dest.join(CURRENT_FILE_NAME));

@@ -289,6 +289,29 @@ impl Db {
             }
         }
         logs.sort_unstable();
+        // The manifest's log number names the oldest log still needed. That
+        // log is created (and its directory entry synced) before any
+        // manifest edit names it, and deleted only after a later synced
+        // edit names a newer one, so it exists whenever the manifest names
+        // it. If it is missing, the edit that let it go was lost (bit rot
+        // in the manifest's last record reads like a torn tail, and is
+        // dropped as one) or the log was removed: the writes it held are
+        // in a table no replayed edit lists. Opening would silently lose
+        // them, so refuse.
+        if let Some(number) = old_manifest {
+            if mstate.log_number != 0 && logs.first() != Some(&mstate.log_number) {
+                return Err(Error::corruption(
+                    dir.join(manifest_file_name(number)),
+                    None,
+                    format!(
+                        "the manifest names log {} as the oldest one still needed, but it is \
+                         missing: a manifest edit that replaced it was lost (a damaged last \
+                         record reads like a torn one), or the log was removed",
+                        log_file_name(mstate.log_number)
+                    ),
+                ));
+            }
+        }
         let next_file = AtomicU64::new(max_number);
 
         // Open every table the manifest references.
@@ -364,6 +387,9 @@ impl Db {
         mstate.next_file_number = next_file.load(Ordering::SeqCst);
         let wal_path = dir.join(log_file_name(wal_number));
         let wal = LogWriter::create(fs.as_ref(), &wal_path)?;
+        // The log's directory entry is durable before the manifest that
+        // names it as the oldest log needed (see the check above).
+        fs.sync_dir(&dir).map_err(io_err(&dir))?;
         let manifest = Manifest::create(fs.as_ref(), &dir, manifest_number, &mstate)?;
 
         // Remove what no version references: old logs and manifests, tables
@@ -397,7 +423,6 @@ impl Db {
                 }
             }
         }
-        let _ = old_manifest;
         fs.sync_dir(&dir).map_err(io_err(&dir))?;
 
         let mem = Arc::new(Memtable::new(wal_number));

@@ -327,3 +327,50 @@ fn verify_reports_live_damage() {
     // Reads are served from memory and stay correct.
     check(&db, 240, 240).expect("reads unaffected");
 }
+
+/// Bit rot in the last record of a manifest reads like a torn append and is
+/// dropped. When that record was a flush's edit, the log it let go is
+/// already deleted, so dropping the edit would silently lose the flushed
+/// writes: the open refuses with `Corruption` naming the manifest. A torn
+/// *middle-of-flush* edit (the log still there) is covered by the power-cut
+/// tests in `tests/fault.rs`, which must still recover everything.
+#[test]
+fn a_lost_flush_edit_is_refused_not_silently_dropped() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let pristine = base.path().join("pristine");
+    {
+        let db = Db::open(&pristine, reopen_options()).expect("open");
+        for b in 1..=20 {
+            db.write(&batch(b)).expect("write");
+        }
+        db.flush().expect("flush"); // edit: table added, the old log let go
+        db.close().expect("close");
+    }
+    let manifests = files_matching(&pristine, |n| n.starts_with("MANIFEST-"));
+    assert_eq!(manifests.len(), 1);
+    // Intact, it opens and holds every batch.
+    let intact = base.path().join("intact");
+    copy_dir(&pristine, &intact);
+    {
+        let db = Db::open(&intact, reopen_options()).expect("intact open");
+        let got: BTreeMap<Vec<u8>, Vec<u8>> =
+            db.iter().expect("iter").map(|r| r.expect("item")).collect();
+        assert_eq!(got, model(20));
+    }
+    // The last byte of the manifest lies in its last record, the flush's
+    // edit: flip it.
+    let damaged = base.path().join("damaged");
+    copy_dir(&pristine, &damaged);
+    let victim = damaged.join(manifests[0].file_name().expect("name"));
+    let mut bytes = std::fs::read(&victim).expect("manifest");
+    *bytes.last_mut().expect("non-empty manifest") ^= 0x40;
+    std::fs::write(&victim, &bytes).expect("write");
+    match Db::open(&damaged, reopen_options()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, victim, "{reason}");
+            assert!(reason.contains("missing"), "{reason}");
+        }
+        Err(e) => panic!("expected Corruption, got {e:?}"),
+        Ok(_) => panic!("a database whose flushed writes are gone was opened"),
+    }
+}
