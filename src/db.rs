@@ -735,8 +735,27 @@ impl Db {
         if self.inner.poisoned.load(Ordering::Acquire) {
             return Ok(());
         }
+        seal_log(&mut w)?;
         w.wal.sync()
     }
+}
+
+/// Ends a log that will take no more writes (at a memtable switch and at
+/// close) with an empty batch record, the *seal*, unless the log is empty.
+///
+/// A damaged record with no intact record after it reads like a torn append
+/// (a crash in the middle of it) and is dropped; with a seal after it, the
+/// last write's record is followed by an intact one, so damage to it is
+/// reported as corruption at the next open instead of silently losing that
+/// write (`docs/reliability.md`). A damaged seal itself is dropped as a torn
+/// tail and loses nothing. Only the log a crash interrupted ends without a
+/// seal, and there a damaged last record and a torn one look alike.
+fn seal_log(w: &mut WriterState) -> Result<()> {
+    if w.wal.is_empty() {
+        return Ok(());
+    }
+    let seal = WriteBatch::new().encode(w.last_seq.saturating_add(1).min(MAX_SEQUENCE));
+    w.wal.add_record(&seal)
 }
 
 impl Drop for Db {
@@ -1015,9 +1034,8 @@ impl DbInner {
         // The new log's directory entry must be durable before any write
         // it holds is acknowledged: a synced record in a file whose entry a
         // power cut takes away is lost.
-        let rotated = w
-            .wal
-            .sync()
+        let rotated = seal_log(w)
+            .and_then(|()| w.wal.sync())
             .and_then(|()| LogWriter::create(self.fs.as_ref(), &path))
             .and_then(|wal| {
                 self.fs

@@ -239,7 +239,13 @@ fn damaged_log() {
     assert_eq!(logs.len(), 1);
     let log_bytes = std::fs::read(&logs[0]).expect("log");
     let scan = sievedb::wal::scan_log(&log_bytes, &logs[0]).expect("pristine log");
-    assert_eq!(scan.records.len() as u64, N, "one record per batch");
+    // One record per batch, then the seal a clean close appends (an empty
+    // batch), so damage to batch N's record is not a torn tail.
+    assert_eq!(
+        scan.records.len() as u64,
+        N + 1,
+        "one record per batch + seal"
+    );
     // Record index holding byte `at`.
     let record_of = |at: u64| {
         scan.records
@@ -258,7 +264,7 @@ fn damaged_log() {
         let truncated = tally.truncations > before;
         let first = offsets.iter().map(|&o| record_of(o)).min().unwrap_or(0);
         let what = format!("trial {trial}: log damaged at {offsets:?} (record {first})");
-        let torn_tail_possible = truncated || first == N - 1;
+        let torn_tail_possible = truncated || first == N;
         match Db::open(&work, reopen_options()) {
             Err(e) => {
                 tally.open_failed += 1;
@@ -274,9 +280,10 @@ fn damaged_log() {
                     "{what}: damage before intact records not detected"
                 );
                 // Batches before the damaged record are all there, the rest
-                // wholly absent.
-                let rec = check(&db, first, N).unwrap_or_else(|e| panic!("{what}: {e}"));
-                assert_eq!(rec.present.len() as u64, first, "{what}");
+                // wholly absent (the seal, record N, holds none).
+                let kept = first.min(N);
+                let rec = check(&db, kept, N).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(rec.present.len() as u64, kept, "{what}");
             }
         }
     }
@@ -372,5 +379,54 @@ fn a_lost_flush_edit_is_refused_not_silently_dropped() {
         }
         Err(e) => panic!("expected Corruption, got {e:?}"),
         Ok(_) => panic!("a database whose flushed writes are gone was opened"),
+    }
+}
+
+/// After a clean close the log ends with a seal, so bit rot in the last
+/// write's record is reported, not read as a torn append (which would drop
+/// that acknowledged write); damage to the seal itself loses nothing.
+#[test]
+fn a_damaged_last_write_is_detected_after_a_clean_close() {
+    const N: u64 = 30;
+    let base = tempfile::tempdir().expect("tempdir");
+    let pristine = base.path().join("pristine");
+    let mut opts = churn_options();
+    opts.memtable_bytes = 4 << 20;
+    opts.background_compaction = false;
+    {
+        let db = Db::open(&pristine, opts.clone()).expect("open");
+        for b in 1..=N {
+            db.write(&batch(b)).expect("write");
+        }
+        db.close().expect("close");
+    }
+    let logs = files_matching(&pristine, |n| n.ends_with(".log"));
+    assert_eq!(logs.len(), 1);
+    let bytes = std::fs::read(&logs[0]).expect("log");
+    let scan = sievedb::wal::scan_log(&bytes, &logs[0]).expect("pristine log");
+    assert_eq!(scan.records.len() as u64, N + 1);
+    let work = base.path().join("work");
+    let victim = work.join(logs[0].file_name().expect("name"));
+    // A byte in the payload of the last write (record N - 1), then in the
+    // seal (record N).
+    for (record, detected) in [(N as usize - 1, true), (N as usize, false)] {
+        copy_dir(&pristine, &work);
+        let mut damaged = bytes.clone();
+        damaged[scan.records[record].offset as usize + 9] ^= 0x08;
+        std::fs::write(&victim, &damaged).expect("write");
+        match Db::open(&work, reopen_options()) {
+            Err(e) => {
+                assert!(detected, "record {record}: {e}");
+                assert_names(&e, &victim, &[], "the last write's record");
+            }
+            Ok(db) => {
+                assert!(
+                    !detected,
+                    "damage to the last write was dropped as a torn tail"
+                );
+                let rec = check(&db, N, N).expect("every batch");
+                assert_eq!(rec.present.len() as u64, N);
+            }
+        }
     }
 }
