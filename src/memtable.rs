@@ -145,8 +145,8 @@ impl Memtable {
 /// lookups while keeping the cursor independent of the skip list's borrows.
 const REFILL: usize = 64;
 
-/// Entries copied by the first fill after a seek; each refill in the same
-/// direction doubles it, up to [`REFILL`]. A short scan copies little, and
+/// Entries copied by the first fill after a seek; each refill (in either
+/// direction) doubles it, up to [`REFILL`], and a seek starts over. A short scan copies little, and
 /// a backward fill (each step back in the skip list is a search from its
 /// head) pays for few entries it does not use.
 const FIRST_FILL: usize = 8;

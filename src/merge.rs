@@ -279,7 +279,9 @@ pub(crate) type CursorSource = Box<dyn Fn() -> MergingIterator + Send + Sync>;
 /// Yields `(key, value)` pairs in ascending key order, each live key once
 /// with its newest value as of the moment the scan started; writes, flushes
 /// and compactions that happen while it runs do not affect it. Returned by
-/// [`Db::scan`](crate::Db::scan) and [`Db::iter`](crate::Db::iter).
+/// [`Db::scan`](crate::Db::scan), [`Db::scan_prefix`](crate::Db::scan_prefix),
+/// [`Db::iter`](crate::Db::iter) and the same methods of
+/// [`Snapshot`](crate::Snapshot).
 ///
 /// It is also a [`DoubleEndedIterator`]: `.rev()` yields the same pairs in
 /// descending key order, and `next` and `next_back` can be mixed; the two
@@ -294,14 +296,15 @@ pub struct DbIterator {
     front: Option<MergingIterator>,
     back: Option<MergingIterator>,
     snapshot: SequenceNumber,
-    /// Keys the front end may still yield start here; it becomes
-    /// `Excluded(k)` once the front yields `k`, which stops the back end.
+    /// The scan's lower bound (the back end also stops at
+    /// `last_user_key`, where the front end has got to).
     lower: Bound<Vec<u8>>,
     /// Keys the back end may still yield end here; it becomes
     /// `Excluded(k)` once the back yields `k`, which stops the front end.
     upper: Bound<Vec<u8>>,
     done: bool,
-    /// The last user key the front end stepped past.
+    /// The last user key the front end decided on (yielded, or found
+    /// deleted); every key up to it is the front's.
     last_user_key: Option<Vec<u8>>,
 }
 
@@ -397,9 +400,6 @@ impl DbIterator {
                 ValueKind::Delete => None,
             };
             cursor.next()?;
-            if item.is_some() {
-                self.lower = Bound::Excluded(user.clone());
-            }
             self.last_user_key = Some(user);
             if item.is_some() {
                 return Ok(item);
@@ -419,7 +419,14 @@ impl DbIterator {
             };
             let (user, _, _) = decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
             let user = user.to_vec();
-            if before_lower(&self.lower, &user) {
+            // Keys up to the last one the front end decided on (yielded,
+            // or found deleted) are the front's.
+            if before_lower(&self.lower, &user)
+                || self
+                    .last_user_key
+                    .as_deref()
+                    .is_some_and(|front| user.as_slice() <= front)
+            {
                 return Ok(None);
             }
             let mut newest: Option<Option<Vec<u8>>> = None;

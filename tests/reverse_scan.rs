@@ -330,3 +330,184 @@ fn reverse_scan_reports_a_damaged_block() {
     assert!(seen < 5_000);
     assert!(it.next().is_none(), "the scan ends after an error");
 }
+
+const ALPHA: [u8; 5] = [0x00, 0x01, 0x7f, 0xfe, 0xff];
+
+fn rkey(rng: &mut Rng) -> Vec<u8> {
+    let len = 1 + rng.below(4) as usize;
+    (0..len).map(|_| ALPHA[rng.below(5) as usize]).collect()
+}
+
+fn rbound(rng: &mut Rng) -> Bound<Vec<u8>> {
+    match rng.below(3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(rkey(rng)),
+        _ => Bound::Excluded(rkey(rng)),
+    }
+}
+
+fn in_byte_range(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    (match lo {
+        Bound::Unbounded => true,
+        Bound::Included(l) => k >= l.as_slice(),
+        Bound::Excluded(l) => k > l.as_slice(),
+    }) && (match hi {
+        Bound::Unbounded => true,
+        Bound::Included(h) => k <= h.as_slice(),
+        Bound::Excluded(h) => k < h.as_slice(),
+    })
+}
+
+fn check_byte_range(
+    scan: &dyn Fn() -> sievedb::DbIterator,
+    model: &Model,
+    rng: &mut Rng,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    ctx: &str,
+) {
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model
+        .iter()
+        .filter(|(k, _)| in_byte_range(k, lo, hi))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let fwd: Vec<_> = scan().map(|r| r.unwrap()).collect();
+    assert_eq!(fwd, want, "forward {ctx} {lo:?}..{hi:?}");
+    let mut back: Vec<_> = scan().rev().map(|r| r.unwrap()).collect();
+    back.reverse();
+    assert_eq!(back, want, "backward {ctx} {lo:?}..{hi:?}");
+    let mut it = scan();
+    let (mut f, mut b) = (0, want.len());
+    loop {
+        let from_back = rng.below(2) == 0;
+        match if from_back { it.next_back() } else { it.next() } {
+            Some(r) => {
+                let r = r.unwrap();
+                if from_back {
+                    b -= 1;
+                    assert_eq!(r, want[b], "mixed back {ctx} {lo:?}..{hi:?}");
+                } else {
+                    assert_eq!(r, want[f], "mixed front {ctx} {lo:?}..{hi:?}");
+                    f += 1;
+                }
+            }
+            None => {
+                assert_eq!(f, b, "ends met early {ctx} {lo:?}..{hi:?}");
+                break;
+            }
+        }
+    }
+}
+
+/// Keys of 1-4 bytes from {00, 01, 7f, fe, ff} (many `u`, `u ++ [0]`,
+/// `u ++ [ff]` neighbours), many versions, a snapshot per round, restart
+/// intervals 1-16, tiny blocks and prefix filters of 1-3 bytes: every range
+/// and prefix read forward, backward and mixed, at the database and at the
+/// snapshot (written by a reviewer of the change).
+#[test]
+fn byte_keys_versions_snapshots() {
+    for (seed, ri, bb, pf) in [
+        (11u64, 1usize, 256usize, None),
+        (12, 3, 512, Some(1)),
+        (13, 16, 4096, Some(2)),
+        (14, 2, 128, Some(2)),
+        (15, 1, 64, Some(3)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            memtable_bytes: 16 << 10,
+            level1_bytes: 64 << 10,
+            table_bytes: 16 << 10,
+            block_bytes: bb,
+            restart_interval: ri,
+            level0_compaction_trigger: 4,
+            level0_stop_writes: 12,
+            prefix_filter_len: pf,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).unwrap();
+        let mut model = Model::new();
+        let mut rng = Rng(seed);
+        for round in 0..10 {
+            for _ in 0..1500 {
+                let k = rkey(&mut rng);
+                if rng.below(4) == 0 {
+                    db.delete(&k).unwrap();
+                    model.remove(&k);
+                } else {
+                    let n = 1 + rng.below(30) as usize;
+                    let v = rng.bytes(n);
+                    db.put(&k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+            let snap = db.snapshot().unwrap();
+            let snap_model = model.clone();
+            // writes after the snapshot
+            for _ in 0..400 {
+                let k = rkey(&mut rng);
+                if rng.below(3) == 0 {
+                    db.delete(&k).unwrap();
+                    model.remove(&k);
+                } else {
+                    let v = rng.bytes(5);
+                    db.put(&k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+            if round % 3 == 1 {
+                db.flush().unwrap();
+            }
+            if round == 6 {
+                db.compact().unwrap();
+            }
+            for _ in 0..40 {
+                let lo = rbound(&mut rng);
+                let hi = rbound(&mut rng);
+                let ctx = format!("seed {seed} round {round} db");
+                check_byte_range(
+                    &|| db.scan((lo.clone(), hi.clone())).unwrap(),
+                    &model,
+                    &mut rng,
+                    &lo,
+                    &hi,
+                    &ctx,
+                );
+                let ctx = format!("seed {seed} round {round} snap");
+                check_byte_range(
+                    &|| snap.scan((lo.clone(), hi.clone())).unwrap(),
+                    &snap_model,
+                    &mut rng,
+                    &lo,
+                    &hi,
+                    &ctx,
+                );
+            }
+            if round == 9 {
+                assert!(
+                    db.tables().iter().any(|t| t.level > 0),
+                    "seed {seed}: reach level 1"
+                );
+            }
+            for _ in 0..10 {
+                let p = rkey(&mut rng);
+                let n = 1 + rng.below(p.len() as u64) as usize;
+                let p = p[..n].to_vec();
+                let want_model: Model = model
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&p))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let ctx = format!("seed {seed} round {round} prefix {p:?}");
+                check_byte_range(
+                    &|| db.scan_prefix(&p).unwrap(),
+                    &want_model,
+                    &mut rng,
+                    &Bound::Unbounded,
+                    &Bound::Unbounded,
+                    &ctx,
+                );
+            }
+        }
+    }
+}
