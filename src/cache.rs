@@ -20,8 +20,22 @@
 //! Eviction and concurrency are `quick_cache`'s weighted sync cache
 //! (CLOCK-Pro-like, sharded, each shard behind its own lock), weighted by
 //! the bytes of the copy.
+//!
+//! # Admission
+//!
+//! A block enters the cache on its *second* miss within a window, not its
+//! first (TinyLFU's "doorkeeper"): a bit array remembers the blocks that
+//! missed once, and is cleared after every `window` misses, `window` being
+//! about the number of blocks the cache holds. Copying a block in costs a
+//! 4 KiB allocation, a copy and an eviction; when reads are spread over far
+//! more data than the cache holds, almost every copy was evicted unused,
+//! and filling on every miss made such gets about 20% slower than no cache
+//! at all (docs/benchmarks.md, "Block cache"). A block read twice within
+//! a window is likely to be read again before it would be evicted; a block
+//! read once is not worth the copy.
 
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
@@ -86,7 +100,22 @@ impl BuildHasher for KeyHashBuilder {
 /// bounded by a byte capacity.
 pub(crate) struct BlockCache {
     cache: Cache<(u64, u64), Arc<[u8]>, BytesWeighter, KeyHashBuilder>,
+    /// The doorkeeper: one bit per hash slot, set by a block's first miss.
+    seen: Box<[AtomicU64]>,
+    /// Misses since the doorkeeper was last cleared.
+    misses: AtomicU64,
+    /// Misses between clears of the doorkeeper.
+    window: u64,
 }
+
+/// Bytes of a typical data block, to turn the capacity into a block count
+/// for the doorkeeper (the default `Options::block_bytes`).
+const TYPICAL_BLOCK_BYTES: u64 = 4096;
+
+/// Doorkeeper bits per block the cache holds: with the window at one
+/// block per cached block, at most 1/8 of the bits are set, so at most one
+/// first miss in eight is admitted by a colliding bit.
+const DOORKEEPER_BITS_PER_BLOCK: u64 = 8;
 
 impl std::fmt::Debug for BlockCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -116,9 +145,34 @@ impl BlockCache {
             .weight_capacity(capacity)
             .build()
             .ok()?;
+        let window = (capacity / TYPICAL_BLOCK_BYTES).max(64);
+        let words = (window * DOORKEEPER_BITS_PER_BLOCK)
+            .div_ceil(64)
+            .next_power_of_two();
         Some(Arc::new(BlockCache {
             cache: Cache::with_options(options, BytesWeighter, KeyHashBuilder, Default::default()),
+            seen: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            misses: AtomicU64::new(0),
+            window,
         }))
+    }
+
+    /// Records a miss of block `offset` of table `file` and says whether
+    /// the block should now be cached: true if it already missed since the
+    /// doorkeeper was last cleared (or its bit collides with one that did).
+    pub(crate) fn admit(&self, file: u64, offset: u64) -> bool {
+        let h = KeyHashBuilder.hash_one((file, offset));
+        // `seen.len()` is a power of two: the low bits pick the word, the
+        // top six the bit in it.
+        let word = &self.seen[(h as usize) & (self.seen.len() - 1)];
+        let mask = 1u64 << (h >> 58);
+        let before = word.fetch_or(mask, Ordering::Relaxed);
+        if self.misses.fetch_add(1, Ordering::Relaxed) % self.window == self.window - 1 {
+            for w in self.seen.iter() {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
+        before & mask != 0
     }
 
     /// The cached contents of block `offset` of table `file`, if held.

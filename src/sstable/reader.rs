@@ -296,7 +296,9 @@ impl Table {
     /// holds it. With a cache: a hit (`block_cache_hits`) returns the
     /// cached copy without reading the file or checking the checksum; a
     /// miss (`block_cache_misses`) reads and verifies the block from the
-    /// file and, when `fill`, returns a copy it also caches.
+    /// file and, when `fill` and the cache admits it (a block's second miss
+    /// within a window, see [`BlockCache::admit`]), returns a copy it also
+    /// caches.
     pub(crate) fn read_data_block(&self, h: BlockHandle, fill: bool) -> Result<BlockBytes<'_>> {
         let c = &*self.counters;
         ReadCounters::add(&c.data_block_reads, 1);
@@ -311,7 +313,7 @@ impl Table {
         }
         ReadCounters::add(&c.block_cache_misses, 1);
         let contents = self.block(h)?;
-        if !fill {
+        if !fill || !cache.admit(file, h.offset) {
             return Ok(BlockBytes::Mapped(contents));
         }
         let copy: Arc<[u8]> = Arc::from(contents);
