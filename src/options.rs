@@ -27,7 +27,7 @@ pub enum CompactionPick {
 }
 
 /// Default [`Options::block_cache_bytes`].
-pub const DEFAULT_BLOCK_CACHE_BYTES: usize = 32 << 20;
+pub const DEFAULT_BLOCK_CACHE_BYTES: usize = 0;
 
 /// Largest accepted [`Options::block_cache_bytes`].
 const MAX_BLOCK_CACHE_BYTES: u64 = 1 << 40;
@@ -120,13 +120,20 @@ pub struct Options {
     /// keeps its tables without filters until then). Default: `true`.
     pub last_level_filters: bool,
     /// Bytes of memory for the block cache: copies of data blocks that
-    /// point reads read from table files, after their checksum matched,
-    /// shared by all the database's tables. A point read whose block is
-    /// cached skips the file (the page cache) and the checksum check; a
-    /// miss reads and verifies the block as without a cache, then copies
-    /// it in. Scans use cached blocks but do not add the blocks they read,
-    /// and compactions neither use nor fill the cache. 0 turns the cache
-    /// off. At most 1 TiB. Default: DEFAULT_BLOCK_CACHE_BYTES_DOC.
+    /// point reads read from table files, made after their checksum
+    /// matched, shared by all the database's tables. A read whose block is
+    /// cached skips the file's pages and the checksum; a miss reads and
+    /// verifies the block as without a cache, and a block that misses twice
+    /// within a short window is then copied in. Scans use cached blocks but
+    /// do not add the blocks they read; compactions neither use nor fill
+    /// the cache. At most 1 TiB.
+    ///
+    /// Default 0 (no cache): tables are memory-mapped, so the OS page
+    /// cache already keeps recently read blocks in memory, and the copy
+    /// only saves the checksum. Measured (`docs/benchmarks.md`, "Block
+    /// cache"), that pays when the blocks read are few enough to stay in
+    /// the CPU's caches (about 1.1x faster gets on a 2 MiB hot set) and
+    /// costs when reads spread over much more data than the cache holds.
     /// Counters: [`Stats::block_cache_hits`](crate::Stats::block_cache_hits),
     /// [`Stats::block_cache_misses`](crate::Stats::block_cache_misses),
     /// [`Stats::block_cache_bytes`](crate::Stats::block_cache_bytes).
