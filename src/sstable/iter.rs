@@ -14,7 +14,8 @@ use crate::key::TRAILER_LEN;
 ///
 /// Owns an `Arc<Table>`, so it stays usable after the version that handed
 /// the table out is gone. Each data block it loads is counted in the
-/// table's `data_block_reads` and `bytes_read` and checksummed; damage is
+/// table's `data_block_reads` and `bytes_read` and checksummed (or taken,
+/// already verified, from the block cache); damage is
 /// returned as [`Error::Corruption`] from [`seek`](InternalIterator::seek),
 /// [`seek_to_first`](InternalIterator::seek_to_first) or
 /// [`next`](InternalIterator::next), after which the cursor is invalid.
