@@ -32,7 +32,8 @@
 //! and filling on every miss made such gets about 20% slower than no cache
 //! at all (docs/benchmarks.md, "Block cache"). A block read twice within
 //! a window is likely to be read again before it would be evicted; a block
-//! read once is not worth the copy.
+//! read once is not worth the copy. The bit array takes one byte per 4 KiB
+//! of capacity (8 bits per block the cache holds).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
