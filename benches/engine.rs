@@ -1,7 +1,9 @@
 //! Point reads through the whole engine (memtable miss, then tables), the
 //! cost of feeding the hot-key sketch on the get path, batches of reads by
-//! `get` against `multi_get`, and short range scans read forward against
-//! the same scans read backward (`.rev()`).
+//! `get` against `multi_get`, present gets with the block cache off, large
+//! enough for every block, and too small for most (`engine_block_cache`),
+//! and short range scans read forward against the same scans read backward
+//! (`.rev()`).
 //!
 //! Run: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`
 //! (`BATCH=n` sets the `engine_multi_get` batch size, default 64).
@@ -20,11 +22,19 @@ fn key(i: u64) -> Vec<u8> {
 }
 
 fn load(track_hot_keys: bool) -> (tempfile::TempDir, Db) {
+    load_with(Options {
+        track_hot_keys,
+        ..Options::default()
+    })
+}
+
+/// Loads `KEYS` keys of 100-byte values (about 25 MB of data blocks) into
+/// one compacted level under `opts` with a Bloom filter at 10 bits/key.
+fn load_with(opts: Options) -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = Options {
         filter_policy: Arc::new(BloomPolicy::new(10.0)),
-        track_hot_keys,
-        ..Options::default()
+        ..opts
     };
     let db = Db::open(dir.path(), opts).expect("open");
     for i in 0..KEYS {
@@ -135,5 +145,40 @@ fn scans(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gets, multi_gets, scans);
+/// Present and missing gets with the block cache off (`cache_off`), large
+/// enough to hold every data block (`cache_fits`, 64 MiB: after warm-up
+/// every get hits) and far too small (`cache_1mib`: about 4% of the blocks
+/// fit, so almost every get misses, verifies and copies its block in,
+/// evicting another). Keys are visited with a stride, so no two gets in a
+/// row share a block.
+fn block_cache(c: &mut Criterion) {
+    let mut group = c.benchmark_group("engine_block_cache");
+    for (label, bytes) in [
+        ("cache_off", 0usize),
+        ("cache_fits", 64 << 20),
+        ("cache_1mib", 1 << 20),
+    ] {
+        let (_dir, db) = load_with(Options {
+            track_hot_keys: false,
+            block_cache_bytes: bytes,
+            ..Options::default()
+        });
+        let mut i = 0u64;
+        group.bench_function(format!("present/{label}"), |b| {
+            b.iter(|| {
+                i = (i + 7919) % KEYS;
+                black_box(db.get(key(i * 2)).expect("get"))
+            })
+        });
+        group.bench_function(format!("missing/{label}"), |b| {
+            b.iter(|| {
+                i = (i + 7919) % KEYS;
+                black_box(db.get(key(i * 2 + 1)).expect("get"))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, gets, multi_gets, block_cache, scans);
 criterion_main!(benches);

@@ -479,11 +479,12 @@ impl DbInner {
     ) -> Result<Arc<TableHandle>> {
         let meta = finish_table(builder)?;
         let path = self.dir.join(table_file_name(number));
-        let table = Table::open(
+        let table = Table::open_with_cache(
             &path,
             number,
             &self.opts.filter_policy,
             Arc::clone(counters_of(&self.level_counters, level)),
+            self.block_cache.clone(),
         )?;
         TableHandle::new(
             record_for(level as u32, &meta),

@@ -31,6 +31,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use crate::batch::WriteBatch;
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
 use crate::filter::{key_hash, FilterPolicy, NoFilter};
@@ -167,6 +168,9 @@ pub(crate) struct DbInner {
     /// One set per level, moved by that level's tables (a table is opened
     /// with its level's set and never changes level).
     pub(crate) level_counters: Vec<Arc<ReadCounters>>,
+    /// The block cache every table is opened with (`None` when
+    /// `Options::block_cache_bytes` is 0).
+    pub(crate) block_cache: Option<Arc<BlockCache>>,
     pub(crate) engine: EngineCounters,
     visible_seq: AtomicU64,
     /// The current super version: readers load it without locking.
@@ -250,6 +254,7 @@ impl Db {
         let level_counters: Vec<Arc<ReadCounters>> = (0..opts.num_levels)
             .map(|_| Arc::new(ReadCounters::default()))
             .collect();
+        let block_cache = BlockCache::new(opts.block_cache_bytes);
 
         let recovered = Manifest::recover(fs.as_ref(), &dir)?;
         let old_manifest = recovered.as_ref().map(|(_, n)| *n);
@@ -318,11 +323,12 @@ impl Db {
         let mut handles = Vec::new();
         for record in mstate.levels.iter().flatten() {
             let path = dir.join(table_file_name(record.file_number));
-            let table = Table::open(
+            let table = Table::open_with_cache(
                 &path,
                 record.file_number,
                 &opts.filter_policy,
                 Arc::clone(counters_of(&level_counters, record.level as usize)),
+                block_cache.clone(),
             )?;
             handles.push(TableHandle::new(
                 record.clone(),
@@ -359,10 +365,10 @@ impl Db {
             let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
             let (record, table) = write_level0_table(
                 &dir,
-                &fs,
                 &opts,
                 policy,
                 &level_counters[0],
+                block_cache.as_ref(),
                 &replay,
                 number,
             )?;
@@ -438,6 +444,7 @@ impl Db {
             _lock: lock,
             counters,
             level_counters,
+            block_cache,
             engine: EngineCounters::default(),
             visible_seq: AtomicU64::new(last_seq),
             sv: ArcSwap::from_pointee(sv),
@@ -861,16 +868,16 @@ pub(crate) fn finish_table(mut builder: TableBuilder) -> Result<TableMeta> {
 /// `number` with filters built by `filter_policy`, synced, and opens it.
 fn write_level0_table(
     dir: &Path,
-    fs: &Arc<dyn FileSystem>,
     opts: &Options,
     filter_policy: Arc<dyn FilterPolicy>,
     counters: &Arc<ReadCounters>,
+    block_cache: Option<&Arc<BlockCache>>,
     mem: &Memtable,
     number: u64,
 ) -> Result<(TableRecord, Table)> {
     let path = dir.join(table_file_name(number));
     let table_opts = table_options(opts, filter_policy);
-    let mut builder = TableBuilder::new(fs.as_ref(), &path, number, table_opts)?;
+    let mut builder = TableBuilder::new(opts.fs.as_ref(), &path, number, table_opts)?;
     let mut prev: Option<Vec<u8>> = None;
     mem.for_each(|key, seq, kind, value| {
         // The memtable is frozen and every reader that could need an older
@@ -882,7 +889,13 @@ fn write_level0_table(
         builder.add(key, seq, kind, value)
     })?;
     let meta = finish_table(builder)?;
-    let table = Table::open(&path, number, &opts.filter_policy, Arc::clone(counters))?;
+    let table = Table::open_with_cache(
+        &path,
+        number,
+        &opts.filter_policy,
+        Arc::clone(counters),
+        block_cache.cloned(),
+    )?;
     Ok((record_for(0, &meta), table))
 }
 
@@ -1298,10 +1311,10 @@ impl DbInner {
             );
             let (record, table) = write_level0_table(
                 &self.dir,
-                &self.fs,
                 &self.opts,
                 policy,
                 &self.level_counters[0],
+                self.block_cache.as_ref(),
                 imm,
                 number,
             )?;
@@ -1395,6 +1408,8 @@ impl DbInner {
             stats.filter_false_positives += level.filter_false_positives;
             stats.filter_true_positives += level.filter_true_positives;
             stats.data_block_reads += level.data_block_reads;
+            stats.block_cache_hits += level.block_cache_hits;
+            stats.block_cache_misses += level.block_cache_misses;
             stats.get_data_block_reads += level.get_data_block_reads;
             counters.add_unleveled_into(&mut stats);
             for t in tables {
@@ -1405,6 +1420,11 @@ impl DbInner {
                 level.entries += meta.entries;
             }
             stats.levels.push(level);
+        }
+        if let Some(cache) = &self.block_cache {
+            stats.block_cache_bytes = cache.usage();
+            stats.block_cache_capacity = cache.capacity();
+            stats.block_cache_blocks = cache.len() as u64;
         }
         let e = &self.engine;
         stats.flushes = e.flushes.load(Ordering::Relaxed);

@@ -60,6 +60,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod cache;
 mod checkpoint;
 mod compaction;
 mod db;
@@ -85,7 +86,7 @@ pub use db::{Db, HOT_KEYS_TRACKED};
 pub use error::{Error, Result};
 pub use filter::budget::FilterBudget;
 pub use merge::DbIterator;
-pub use options::{CompactionPick, Options};
+pub use options::{CompactionPick, Options, DEFAULT_BLOCK_CACHE_BYTES};
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats, TableInfo};
 pub use verify::{Problem, VerifyReport};

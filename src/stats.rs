@@ -21,8 +21,14 @@ pub struct ReadCounters {
     pub filter_false_positives: AtomicU64,
     /// Filters that answered "maybe" for a key the table did hold.
     pub filter_true_positives: AtomicU64,
-    /// Data blocks read (by point reads and scans).
+    /// Data blocks read (by point reads and scans), whether the block cache
+    /// served them or the file did.
     pub data_block_reads: AtomicU64,
+    /// Of those, blocks the block cache served (no file read, no checksum).
+    pub block_cache_hits: AtomicU64,
+    /// Of those, blocks looked up in the block cache and read from the file
+    /// instead (0 without a cache: then every read goes to the file).
+    pub block_cache_misses: AtomicU64,
     /// Bytes of data blocks read.
     pub bytes_read: AtomicU64,
     /// Data blocks read by point reads only.
@@ -51,6 +57,8 @@ impl ReadCounters {
             &self.filter_false_positives,
             &self.filter_true_positives,
             &self.data_block_reads,
+            &self.block_cache_hits,
+            &self.block_cache_misses,
             &self.bytes_read,
             &self.get_data_block_reads,
             &self.prefix_filter_checks,
@@ -68,6 +76,8 @@ impl ReadCounters {
         level.filter_false_positives = l(&self.filter_false_positives);
         level.filter_true_positives = l(&self.filter_true_positives);
         level.data_block_reads = l(&self.data_block_reads);
+        level.block_cache_hits = l(&self.block_cache_hits);
+        level.block_cache_misses = l(&self.block_cache_misses);
         level.get_data_block_reads = l(&self.get_data_block_reads);
     }
 
@@ -90,6 +100,8 @@ impl ReadCounters {
         stats.filter_false_positives = l(&self.filter_false_positives);
         stats.filter_true_positives = l(&self.filter_true_positives);
         stats.data_block_reads = l(&self.data_block_reads);
+        stats.block_cache_hits = l(&self.block_cache_hits);
+        stats.block_cache_misses = l(&self.block_cache_misses);
         stats.bytes_read = l(&self.bytes_read);
         stats.get_data_block_reads = l(&self.get_data_block_reads);
         stats.prefix_filter_checks = l(&self.prefix_filter_checks);
@@ -124,6 +136,11 @@ pub struct LevelStats {
     /// (compaction's reads are not counted here: see
     /// [`Stats::compaction_bytes_read`]).
     pub data_block_reads: u64,
+    /// Of the level's data block reads, those the block cache served.
+    pub block_cache_hits: u64,
+    /// Of the level's data block reads, those that looked in the block
+    /// cache and went to the file.
+    pub block_cache_misses: u64,
     /// Data blocks of the level's tables read by point reads.
     pub get_data_block_reads: u64,
 }
@@ -142,9 +159,18 @@ pub struct Stats {
     pub filter_false_positives: u64,
     /// Filters that answered "maybe" for a key the table held.
     pub filter_true_positives: u64,
-    /// Data blocks read, by point reads and scans.
+    /// Data blocks read, by point reads and scans: the blocks the reads
+    /// needed, whether the block cache or the file served them.
     pub data_block_reads: u64,
-    /// Bytes of data blocks read.
+    /// Of those, blocks the block cache served (no file read, no checksum
+    /// check).
+    pub block_cache_hits: u64,
+    /// Of those, blocks not in the block cache: read from the file and
+    /// verified (point reads then cache them, scans do not). Without a
+    /// cache this stays 0 and every data block read goes to the file.
+    pub block_cache_misses: u64,
+    /// Bytes of data blocks read (like `data_block_reads`, whether the
+    /// block cache or the file served them).
     pub bytes_read: u64,
     /// Data blocks read by point reads.
     pub get_data_block_reads: u64,
@@ -152,6 +178,14 @@ pub struct Stats {
     pub prefix_filter_checks: u64,
     /// Prefix checks that answered "absent" (tables skipped unread).
     pub prefix_filter_negatives: u64,
+    /// Bytes the block cache holds now (block contents plus a fixed
+    /// per-block overhead); 0 without a cache.
+    pub block_cache_bytes: u64,
+    /// The block cache's capacity in bytes
+    /// ([`Options::block_cache_bytes`](crate::Options::block_cache_bytes)).
+    pub block_cache_capacity: u64,
+    /// Data blocks the block cache holds now.
+    pub block_cache_blocks: u64,
     /// Per-level shape, level 0 first.
     pub levels: Vec<LevelStats>,
     /// Estimated distinct user keys in the whole database: the union of the

@@ -236,6 +236,7 @@ impl Version {
 }
 
 /// The table of a sorted, disjoint level whose range covers `user_key`.
+#[inline]
 pub(crate) fn find_covering<'a>(
     tables: &'a [Arc<TableHandle>],
     user_key: &[u8],

@@ -101,6 +101,10 @@ struct Args {
     /// makes a load fill more levels.
     #[arg(long)]
     level1_kib: Option<u64>,
+    /// sievedb's block cache size in MiB, 0 for none [default: the
+    /// engine's, `Options::block_cache_bytes`]. Peers ignore it.
+    #[arg(long)]
+    block_cache_mib: Option<u64>,
     /// Gets per read phase [default: min(num, 200000)].
     #[arg(long)]
     reads: Option<u64>,
@@ -277,7 +281,16 @@ fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
                 .map_err(|_| BenchError::Invalid("--memtable-kib is too large".into()))
         })
         .transpose()?;
+    let block_cache = args
+        .block_cache_mib
+        .map(|mib| {
+            mib.checked_mul(1 << 20)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| BenchError::Invalid(format!("--block-cache-mib {mib} is too large")))
+        })
+        .transpose()?;
     Ok(SieveSettings {
+        block_cache_bytes: block_cache,
         filter_budget: args.filter_budget.budget(),
         last_level_filters: !args.no_last_level_filters,
         memtable_bytes: memtable,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::block::{BlockCorruption, BlockView};
-use super::reader::{trailer_of, Table};
+use super::reader::{trailer_of, BlockBytes, Table};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::TRAILER_LEN;
@@ -14,8 +14,9 @@ use crate::key::TRAILER_LEN;
 ///
 /// Owns an `Arc<Table>`, so it stays usable after the version that handed
 /// the table out is gone. Each data block it loads is counted in the
-/// table's `data_block_reads` and `bytes_read` and checksummed; damage is
-/// returned as [`Error::Corruption`] from the call that read it (a seek,
+/// table's `data_block_reads` and `bytes_read` and checksummed (or taken,
+/// already verified, from the block cache); damage is returned as
+/// [`Error::Corruption`] from the call that read it (a seek,
 /// [`next`](InternalIterator::next) or [`prev`](InternalIterator::prev)),
 /// after which the cursor is invalid.
 #[derive(Debug)]
@@ -23,9 +24,8 @@ pub struct TableIter {
     table: Arc<Table>,
     /// Index of the loaded data block.
     block: usize,
-    /// The loaded block's contents, as a range of the mapped file (already
-    /// checksummed when it was loaded).
-    contents: Range<usize>,
+    /// The loaded block (already checksummed when it was loaded).
+    contents: Loaded,
     /// Offset, inside the loaded block, of the current entry.
     start: usize,
     /// Offset, inside the loaded block, of the entry after the current one.
@@ -51,7 +51,7 @@ impl TableIter {
             counted,
             table,
             block: 0,
-            contents: 0..0,
+            contents: Loaded::default(),
             start: 0,
             next_pos: 0,
             key: Vec::new(),
@@ -74,13 +74,20 @@ impl TableIter {
             return Ok(false);
         };
         let handle = entry.handle;
-        let view = if self.counted {
-            self.table.data_block(handle)?
-        } else {
-            self.table.data_block_uncounted(handle)?
-        };
         let start = handle.offset as usize;
-        self.contents = start..start + view.contents().len();
+        self.contents = if self.counted {
+            match self.table.read_data_block(handle, SCANS_FILL_CACHE)? {
+                BlockBytes::Mapped(b) => Loaded::mapped(start, b.len()),
+                BlockBytes::Cached(b) => Loaded {
+                    start,
+                    end: start + b.len(),
+                    cached: Some(b),
+                },
+            }
+        } else {
+            let view = self.table.data_block_uncounted(handle)?;
+            Loaded::mapped(start, view.contents().len())
+        };
         self.block = i;
         self.next_pos = 0;
         self.back.clear();
@@ -275,21 +282,63 @@ impl InternalIterator for TableIter {
     }
 
     fn value(&self) -> &[u8] {
-        self.table
-            .mmap_bytes()
-            .get(self.value.clone())
-            .unwrap_or_default()
+        match &self.contents.cached {
+            Some(b) => self
+                .value
+                .start
+                .checked_sub(self.contents.start)
+                .and_then(|at| b.get(at..at + self.value.len()))
+                .unwrap_or_default(),
+            None => self
+                .table
+                .mmap_bytes()
+                .get(self.value.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Whether scans put the blocks they read from the file into the block
+/// cache (RocksDB's `fill_cache`). They always use blocks already cached.
+/// No: a long scan would evict the point reads' working set with blocks
+/// read once, and copying each block into the cache cost scans more than
+/// later hits saved (docs/benchmarks.md, "Block cache").
+const SCANS_FILL_CACHE: bool = false;
+
+/// Where the loaded block's bytes are: `start..end` of the mapped file,
+/// or the block cache's copy of those bytes.
+#[derive(Debug, Default)]
+struct Loaded {
+    start: usize,
+    end: usize,
+    cached: Option<Arc<[u8]>>,
+}
+
+impl Loaded {
+    fn mapped(start: usize, len: usize) -> Loaded {
+        Loaded {
+            start,
+            end: start + len,
+            cached: None,
+        }
     }
 }
 
 /// The block loaded by [`TableIter::load`] (its checksum was verified
-/// then), as a view over the table's mapped bytes. A free function so the
-/// caller can keep writing the iterator's other fields while it is borrowed.
+/// then, or it came from the block cache), as a view over the table's
+/// mapped bytes or the cached copy. A free function so the caller can keep
+/// writing the iterator's other fields while it is borrowed.
 fn loaded_block<'a>(
     table: &'a Table,
-    contents: &Range<usize>,
+    contents: &'a Loaded,
 ) -> std::result::Result<BlockView<'a>, BlockCorruption> {
-    let bytes = table.mmap_bytes().get(contents.clone()).unwrap_or_default();
+    let bytes = match &contents.cached {
+        Some(b) => b,
+        None => table
+            .mmap_bytes()
+            .get(contents.start..contents.end)
+            .unwrap_or_default(),
+    };
     BlockView::parse(bytes, contents.start as u64)
 }
 

@@ -68,7 +68,9 @@
 //! # Damage
 //!
 //! The footer and the index, filter and properties blocks are checksummed at
-//! open, each data block whenever it is read. A checksum mismatch, a
+//! open, each data block whenever it is read from the file (a copy in the
+//! database's block cache was verified when it was made, and is read
+//! without the file). A checksum mismatch, a
 //! truncated file, a bad magic number, an unknown version, handles that do
 //! not tile the file, an entry whose lengths run past its block, or
 //! properties that contradict the index are all [`Error::Corruption`]

@@ -23,6 +23,7 @@ use super::format::{
 };
 use super::iter::TableIter;
 use super::{Found, TableMeta, MAX_KEY_LEN};
+use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::bloom::MAX_BITS_PER_KEY;
 use crate::filter::{prefix_hash, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
@@ -57,6 +58,43 @@ pub struct Table {
     index: Vec<IndexEntry>,
     index_keys: Vec<u8>,
     pub(crate) counters: Arc<ReadCounters>,
+    /// The database's block cache, if it has one: point reads and scans
+    /// look data blocks up in it, and point reads fill it.
+    cache: Option<Arc<BlockCache>>,
+}
+
+impl Drop for Table {
+    /// Erases the table's blocks from the block cache: a table is dropped
+    /// when its file is obsolete (compacted away) or the database closes,
+    /// and its blocks would otherwise hold memory until evicted.
+    fn drop(&mut self) {
+        if let Some(cache) = &self.cache {
+            let file = self.meta.file_number;
+            for e in &self.index {
+                cache.remove(file, e.handle.offset);
+            }
+        }
+    }
+}
+
+/// The verified contents of a data block: a view of the mapped file, or a
+/// copy held by the block cache.
+pub(crate) enum BlockBytes<'a> {
+    /// Read from the mapped file (its checksum just matched).
+    Mapped(&'a [u8]),
+    /// The block cache's copy (verified when it entered the cache).
+    Cached(Arc<[u8]>),
+}
+
+impl BlockBytes<'_> {
+    /// The block's contents.
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            BlockBytes::Mapped(b) => b,
+            BlockBytes::Cached(b) => b,
+        }
+    }
 }
 
 impl std::fmt::Debug for Table {
@@ -91,6 +129,18 @@ impl Table {
         file_number: u64,
         current_policy: &Arc<dyn FilterPolicy>,
         counters: Arc<ReadCounters>,
+    ) -> Result<Table> {
+        Table::open_with_cache(path, file_number, current_policy, counters, None)
+    }
+
+    /// [`open`](Self::open) for a table whose data blocks go through
+    /// `cache` (the database's block cache).
+    pub(crate) fn open_with_cache(
+        path: &Path,
+        file_number: u64,
+        current_policy: &Arc<dyn FilterPolicy>,
+        counters: Arc<ReadCounters>,
+        cache: Option<Arc<BlockCache>>,
     ) -> Result<Table> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
@@ -165,6 +215,9 @@ impl Table {
             index: Vec::new(),
             index_keys: Vec::new(),
             counters,
+            // Set once the table is fully open, so a table that fails to
+            // open (and is dropped) has nothing to erase.
+            cache: None,
         };
 
         let props_bytes = table.block(footer.properties)?;
@@ -184,6 +237,7 @@ impl Table {
         };
         let reader = resized.as_ref().unwrap_or(current_policy);
         table.filter = Filter::for_policy(&table.meta.filter_policy, filter_bytes, reader);
+        table.cache = cache;
         Ok(table)
     }
 
@@ -237,16 +291,41 @@ impl Table {
         Ok(contents)
     }
 
-    /// Reads a data block for a point read or a scan, counting it.
-    pub(crate) fn data_block(&self, h: BlockHandle) -> Result<BlockView<'_>> {
-        ReadCounters::add(&self.counters.data_block_reads, 1);
-        ReadCounters::add(&self.counters.bytes_read, h.len);
-        self.data_block_uncounted(h)
+    /// Reads a data block for a point read or a scan, counting it in
+    /// `data_block_reads` and `bytes_read` whether or not the block cache
+    /// holds it. With a cache: a hit (`block_cache_hits`) returns the
+    /// cached copy without reading the file or checking the checksum; a
+    /// miss (`block_cache_misses`) reads and verifies the block from the
+    /// file and, when `fill` and the cache admits it (a block's second miss
+    /// within a window, see [`BlockCache::admit`]), returns a copy it also
+    /// caches.
+    pub(crate) fn read_data_block(&self, h: BlockHandle, fill: bool) -> Result<BlockBytes<'_>> {
+        let c = &*self.counters;
+        ReadCounters::add(&c.data_block_reads, 1);
+        ReadCounters::add(&c.bytes_read, h.len);
+        let Some(cache) = &self.cache else {
+            return Ok(BlockBytes::Mapped(self.block(h)?));
+        };
+        let file = self.meta.file_number;
+        if let Some(cached) = cache.get(file, h.offset) {
+            ReadCounters::add(&c.block_cache_hits, 1);
+            return Ok(BlockBytes::Cached(cached));
+        }
+        ReadCounters::add(&c.block_cache_misses, 1);
+        let contents = self.block(h)?;
+        if !fill || !cache.admit(file, h.offset) {
+            return Ok(BlockBytes::Mapped(contents));
+        }
+        let copy: Arc<[u8]> = Arc::from(contents);
+        cache.insert(file, h.offset, Arc::clone(&copy));
+        Ok(BlockBytes::Cached(copy))
     }
 
-    /// Reads a data block without counting it (compaction input: the
-    /// engine counts those bytes as `compaction_bytes_read`, and the read
-    /// counters describe what user reads cost).
+    /// Reads a data block from the file without counting it and without
+    /// the block cache (compaction input: the engine counts those bytes as
+    /// `compaction_bytes_read`, the read counters describe what user reads
+    /// cost, and a compaction's one pass over its inputs must not evict
+    /// the blocks user reads need).
     pub(crate) fn data_block_uncounted(&self, h: BlockHandle) -> Result<BlockView<'_>> {
         let contents = self.block(h)?;
         BlockView::parse(contents, h.offset).map_err(|c| self.block_error(c))
@@ -405,9 +484,12 @@ impl Table {
     ///    (`filter_negatives`) without reading a data block.
     /// 3. The in-memory index is binary-searched for the block whose last
     ///    key is `>= (user_key, snapshot)`; that one block is read
-    ///    (`data_block_reads`, `get_data_block_reads`, `bytes_read`), its
-    ///    checksum verified, its restart points binary-searched and at most
-    ///    one restart interval scanned.
+    ///    (`data_block_reads`, `get_data_block_reads`, `bytes_read`): from
+    ///    the block cache if the table has one and it holds the block
+    ///    (`block_cache_hits`), else from the file with its checksum
+    ///    verified (`block_cache_misses` with a cache), then cached. Its
+    ///    restart points are binary-searched and at most one restart
+    ///    interval scanned.
     /// 4. `filter_false_positives` counts lookups of keys of which the table
     ///    holds no version at all; `filter_true_positives` the others (also
     ///    when every version is newer than the snapshot).
@@ -461,7 +543,9 @@ impl Table {
                 .get(i - 1)
                 .is_some_and(|p| user_part(&self.index_keys[p.key_start..p.key_end]) == user_key);
         ReadCounters::add(&c.get_data_block_reads, 1);
-        let block = self.data_block(entry.handle)?;
+        let bytes = self.read_data_block(entry.handle, true)?;
+        let block = BlockView::parse(bytes.as_slice(), entry.handle.offset)
+            .map_err(|c| self.block_error(c))?;
 
         GET_KEY_BUF.with(|buf| {
             let mut key = buf.borrow_mut();

@@ -52,6 +52,10 @@ pub struct ReadIo {
     pub data_block_reads: u64,
     /// Bytes of data blocks read.
     pub bytes_read: u64,
+    /// Data block reads the block cache served.
+    pub block_cache_hits: u64,
+    /// Data block reads that missed the block cache and went to the file.
+    pub block_cache_misses: u64,
     /// Filter checks per level, level 0 first (levels past the tree's are 0).
     pub filter_checks_per_level: [u64; MAX_LEVELS],
     /// Filter false positives per level.
@@ -83,6 +87,12 @@ impl ReadIo {
                 .data_block_reads
                 .saturating_sub(before.data_block_reads),
             bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
+            block_cache_hits: self
+                .block_cache_hits
+                .saturating_sub(before.block_cache_hits),
+            block_cache_misses: self
+                .block_cache_misses
+                .saturating_sub(before.block_cache_misses),
             filter_checks_per_level: std::array::from_fn(|i| {
                 self.filter_checks_per_level[i].saturating_sub(before.filter_checks_per_level[i])
             }),
@@ -103,6 +113,8 @@ impl ReadIo {
             get_data_block_reads: s.get_data_block_reads,
             data_block_reads: s.data_block_reads,
             bytes_read: s.bytes_read,
+            block_cache_hits: s.block_cache_hits,
+            block_cache_misses: s.block_cache_misses,
             filter_checks_per_level: std::array::from_fn(|i| {
                 s.levels.get(i).map_or(0, |l| l.filter_checks)
             }),
@@ -185,6 +197,8 @@ pub struct SieveSettings {
     pub memtable_bytes: Option<usize>,
     /// `Options::level1_bytes`, if not the default.
     pub level1_bytes: Option<u64>,
+    /// `Options::block_cache_bytes`, if not the default.
+    pub block_cache_bytes: Option<usize>,
 }
 
 /// sievedb with default options but the chosen filter policy and settings.
@@ -209,6 +223,9 @@ impl SieveEngine {
             last_level_filters: settings.last_level_filters,
             memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
             level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
+            block_cache_bytes: settings
+                .block_cache_bytes
+                .unwrap_or(defaults.block_cache_bytes),
             ..defaults
         };
         let db = Db::open(dir, opts.clone())?;

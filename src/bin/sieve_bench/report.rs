@@ -6,6 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::engine::ReadIo;
 use crate::error::{io_err, BenchError, BenchResult};
 use crate::workload::PhaseResult;
 
@@ -202,10 +203,23 @@ pub fn main_table(report: &Report) -> String {
     out
 }
 
+/// Share of the phase's block-cache lookups that hit, or `-` without
+/// lookups (no cache, a peer engine, or a phase that read no blocks).
+fn cache_hit_rate(io: Option<ReadIo>) -> String {
+    match io {
+        Some(io) if io.block_cache_hits + io.block_cache_misses > 0 => format!(
+            "{:.1}%",
+            io.block_cache_hits as f64 * 100.0
+                / (io.block_cache_hits + io.block_cache_misses) as f64
+        ),
+        _ => "-".into(),
+    }
+}
+
 /// Every phase of every run: ops/s and latency.
 pub fn phase_table(report: &Report) -> String {
     let mut out = format!(
-        "{:<8} {:<7} {:<12} {:>9} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12} {:>14}\n",
+        "{:<8} {:<7} {:<12} {:>9} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12} {:>10} {:>14}\n",
         "engine",
         "policy",
         "phase",
@@ -216,12 +230,13 @@ pub fn phase_table(report: &Report) -> String {
         "p50 us",
         "p99 us",
         "blk/op",
+        "cache hit",
         "dev bytes"
     );
     for run in &report.runs {
         for p in &run.phases {
             out.push_str(&format!(
-                "{:<8} {:<7} {:<12} {:>9} {:>9.3} {:>12.0} {:>10.2} {:>10.2} {:>10.2} {:>12} {:>14}\n",
+                "{:<8} {:<7} {:<12} {:>9} {:>9.3} {:>12.0} {:>10.2} {:>10.2} {:>10.2} {:>12} {:>10} {:>14}\n",
                 run.engine,
                 run.policy,
                 p.name,
@@ -235,6 +250,7 @@ pub fn phase_table(report: &Report) -> String {
                     p.io.map(|io| io.data_block_reads as f64 / p.ops.max(1) as f64),
                     4
                 ),
+                cache_hit_rate(p.io),
                 p.device_read_bytes
                     .map_or_else(|| "-".into(), |b| b.to_string()),
             ));
