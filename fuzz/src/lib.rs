@@ -58,6 +58,8 @@ pub fn build_table(path: &Path, data: &[u8], policy_byte: u8) -> bool {
         block_bytes: 64,
         restart_interval: 1 + (policy_byte as usize % 4),
         filter_policy: policy(policy_byte),
+        // Some tables also hold 2-byte key prefixes in their filter.
+        prefix_len: (policy_byte % 3 == 0).then_some(2),
     };
     let Ok(mut b) = TableBuilder::new(&RealFs, path, 1, opts) else {
         return false;
