@@ -53,19 +53,22 @@ fn random_bound(rng: &mut Rng, keys: u64) -> Bound<Vec<u8>> {
     }
 }
 
-/// Checks one range forward, backward and with the ends interleaved by a
-/// random pattern, against the model.
-fn check_range(db: &Db, model: &Model, rng: &mut Rng, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) {
-    let want = model_range(model, &lo, &hi);
-    let forward = pairs(db.scan((lo.clone(), hi.clone())).unwrap());
-    assert_eq!(forward, want, "forward {lo:?}..{hi:?}");
-    let backward = pairs(db.scan((lo.clone(), hi.clone())).unwrap().rev());
-    let mut want_rev = want.clone();
-    want_rev.reverse();
-    assert_eq!(backward, want_rev, "backward {lo:?}..{hi:?}");
+/// Checks the scans `scan` makes (each a fresh iterator over the same
+/// range) forward, backward and with the ends interleaved by a random
+/// pattern: each must give `want`, in order, and the ends must meet
+/// exactly. `ctx` names the case in failures.
+fn check_scans(
+    scan: &dyn Fn() -> sievedb::DbIterator,
+    want: &[(Vec<u8>, Vec<u8>)],
+    rng: &mut Rng,
+    ctx: &str,
+) {
+    assert_eq!(pairs(scan()), want, "forward, {ctx}");
+    let mut backward = pairs(scan().rev());
+    backward.reverse();
+    assert_eq!(backward, want, "backward, {ctx}");
 
-    // Mixed: take from either end at random; the ends must meet exactly.
-    let mut it = db.scan((lo.clone(), hi.clone())).unwrap();
+    let mut it = scan();
     let (mut front, mut back) = (0usize, want.len());
     loop {
         let from_back = rng.below(2) == 0;
@@ -75,19 +78,31 @@ fn check_range(db: &Db, model: &Model, rng: &mut Rng, lo: Bound<Vec<u8>>, hi: Bo
                 let item = item.unwrap();
                 if from_back {
                     back -= 1;
-                    assert_eq!(item, want[back], "mixed, from the back, {lo:?}..{hi:?}");
+                    assert_eq!(item, want[back], "mixed, from the back, {ctx}");
                 } else {
-                    assert_eq!(item, want[front], "mixed, from the front, {lo:?}..{hi:?}");
+                    assert_eq!(item, want[front], "mixed, from the front, {ctx}");
                     front += 1;
                 }
             }
             None => {
-                assert_eq!(front, back, "ends met early, {lo:?}..{hi:?}");
+                assert_eq!(front, back, "ends met early, {ctx}");
                 assert!(it.next().is_none() && it.next_back().is_none());
                 break;
             }
         }
     }
+}
+
+/// [`check_scans`] of `db.scan(lo..hi)` against the model.
+fn check_range(db: &Db, model: &Model, rng: &mut Rng, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>) {
+    let want = model_range(model, &lo, &hi);
+    let ctx = format!("{lo:?}..{hi:?}");
+    check_scans(
+        &|| db.scan((lo.clone(), hi.clone())).unwrap(),
+        &want,
+        rng,
+        &ctx,
+    );
 }
 
 /// Random puts, overwrites and deletes through memtables, flushes and
@@ -346,59 +361,6 @@ fn rbound(rng: &mut Rng) -> Bound<Vec<u8>> {
     }
 }
 
-fn in_byte_range(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    (match lo {
-        Bound::Unbounded => true,
-        Bound::Included(l) => k >= l.as_slice(),
-        Bound::Excluded(l) => k > l.as_slice(),
-    }) && (match hi {
-        Bound::Unbounded => true,
-        Bound::Included(h) => k <= h.as_slice(),
-        Bound::Excluded(h) => k < h.as_slice(),
-    })
-}
-
-fn check_byte_range(
-    scan: &dyn Fn() -> sievedb::DbIterator,
-    model: &Model,
-    rng: &mut Rng,
-    lo: &Bound<Vec<u8>>,
-    hi: &Bound<Vec<u8>>,
-    ctx: &str,
-) {
-    let want: Vec<(Vec<u8>, Vec<u8>)> = model
-        .iter()
-        .filter(|(k, _)| in_byte_range(k, lo, hi))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let fwd: Vec<_> = scan().map(|r| r.unwrap()).collect();
-    assert_eq!(fwd, want, "forward {ctx} {lo:?}..{hi:?}");
-    let mut back: Vec<_> = scan().rev().map(|r| r.unwrap()).collect();
-    back.reverse();
-    assert_eq!(back, want, "backward {ctx} {lo:?}..{hi:?}");
-    let mut it = scan();
-    let (mut f, mut b) = (0, want.len());
-    loop {
-        let from_back = rng.below(2) == 0;
-        match if from_back { it.next_back() } else { it.next() } {
-            Some(r) => {
-                let r = r.unwrap();
-                if from_back {
-                    b -= 1;
-                    assert_eq!(r, want[b], "mixed back {ctx} {lo:?}..{hi:?}");
-                } else {
-                    assert_eq!(r, want[f], "mixed front {ctx} {lo:?}..{hi:?}");
-                    f += 1;
-                }
-            }
-            None => {
-                assert_eq!(f, b, "ends met early {ctx} {lo:?}..{hi:?}");
-                break;
-            }
-        }
-    }
-}
-
 /// Keys of 1-4 bytes from {00, 01, 7f, fe, ff} (many `u`, `u ++ [0]`,
 /// `u ++ [ff]` neighbours), many versions, a snapshot per round, restart
 /// intervals 1-16, tiny blocks and prefix filters of 1-3 bytes: every range
@@ -464,22 +426,20 @@ fn byte_keys_versions_snapshots() {
             for _ in 0..40 {
                 let lo = rbound(&mut rng);
                 let hi = rbound(&mut rng);
-                let ctx = format!("seed {seed} round {round} db");
-                check_byte_range(
+                let ctx = format!("seed {seed} round {round} db {lo:?}..{hi:?}");
+                let want = model_range(&model, &lo, &hi);
+                check_scans(
                     &|| db.scan((lo.clone(), hi.clone())).unwrap(),
-                    &model,
+                    &want,
                     &mut rng,
-                    &lo,
-                    &hi,
                     &ctx,
                 );
-                let ctx = format!("seed {seed} round {round} snap");
-                check_byte_range(
+                let ctx = format!("seed {seed} round {round} snapshot {lo:?}..{hi:?}");
+                let want = model_range(&snap_model, &lo, &hi);
+                check_scans(
                     &|| snap.scan((lo.clone(), hi.clone())).unwrap(),
-                    &snap_model,
+                    &want,
                     &mut rng,
-                    &lo,
-                    &hi,
                     &ctx,
                 );
             }
@@ -493,20 +453,13 @@ fn byte_keys_versions_snapshots() {
                 let p = rkey(&mut rng);
                 let n = 1 + rng.below(p.len() as u64) as usize;
                 let p = p[..n].to_vec();
-                let want_model: Model = model
+                let want: Vec<_> = model
                     .iter()
                     .filter(|(k, _)| k.starts_with(&p))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let ctx = format!("seed {seed} round {round} prefix {p:?}");
-                check_byte_range(
-                    &|| db.scan_prefix(&p).unwrap(),
-                    &want_model,
-                    &mut rng,
-                    &Bound::Unbounded,
-                    &Bound::Unbounded,
-                    &ctx,
-                );
+                check_scans(&|| db.scan_prefix(&p).unwrap(), &want, &mut rng, &ctx);
             }
         }
     }

@@ -705,35 +705,27 @@ fn table_cursor_random_walk() {
                     pos = Some(enc.len() - 1);
                     log.push("last".into());
                 }
-                2 => {
+                2 | 3 => {
+                    // An entry's own key, or one past every entry.
                     let j = r.n(enc.len() as u64 + 1) as usize;
-                    let target = if j == enc.len() {
+                    let target = enc.get(j).cloned().unwrap_or_else(|| {
                         let mut k = Vec::new();
                         encode_internal_key(&mut k, b"z", 5, ValueKind::Put);
                         k
+                    });
+                    if op == 2 {
+                        it.seek(&target).unwrap();
+                        pos = enc
+                            .iter()
+                            .position(|k| compare_internal(k, &target).is_ge());
+                        log.push(format!("seek {j}"));
                     } else {
-                        enc[j].clone()
-                    };
-                    it.seek(&target).unwrap();
-                    pos = enc
-                        .iter()
-                        .position(|k| compare_internal(k, &target).is_ge());
-                    log.push(format!("seek {j}"));
-                }
-                3 => {
-                    let j = r.n(enc.len() as u64 + 1) as usize;
-                    let target = if j == enc.len() {
-                        let mut k = Vec::new();
-                        encode_internal_key(&mut k, b"z", 5, ValueKind::Put);
-                        k
-                    } else {
-                        enc[j].clone()
-                    };
-                    it.seek_before(&target).unwrap();
-                    pos = enc
-                        .iter()
-                        .rposition(|k| compare_internal(k, &target).is_lt());
-                    log.push(format!("seek_before {j}"));
+                        it.seek_before(&target).unwrap();
+                        pos = enc
+                            .iter()
+                            .rposition(|k| compare_internal(k, &target).is_lt());
+                        log.push(format!("seek_before {j}"));
+                    }
                 }
                 4 | 5 => {
                     if let Some(p) = pos {
