@@ -220,25 +220,37 @@ fn damaged_tables_manifest_and_current() {
 /// followed by intact ones fails `open`; damage that can be a torn tail
 /// (the last record, or a truncation) loses exactly the batches from that
 /// record on, never part of one.
-#[test]
-fn damaged_log() {
-    const N: u64 = 80;
-    let base = tempfile::tempdir().expect("tempdir");
-    let pristine = base.path().join("pristine");
+/// A closed database under `base/pristine` holding batches `1..=n` in its
+/// one log and nothing in tables: (its directory, the log's path in a
+/// one-element list, the log's bytes, the log's record spans).
+fn log_only_database(
+    base: &Path,
+    n: u64,
+) -> (PathBuf, Vec<PathBuf>, Vec<u8>, sievedb::wal::LogScan) {
+    let pristine = base.join("pristine");
     let mut opts = churn_options();
     opts.memtable_bytes = 4 << 20;
     opts.sync_writes = false;
+    opts.background_compaction = false;
     {
-        let db = Db::open(&pristine, opts.clone()).expect("open");
-        for b in 1..=N {
+        let db = Db::open(&pristine, opts).expect("open");
+        for b in 1..=n {
             db.write(&batch(b)).expect("write");
         }
         db.close().expect("close");
     }
-    let logs = files_matching(&pristine, |n| n.ends_with(".log"));
+    let logs = files_matching(&pristine, |name| name.ends_with(".log"));
     assert_eq!(logs.len(), 1);
-    let log_bytes = std::fs::read(&logs[0]).expect("log");
-    let scan = sievedb::wal::scan_log(&log_bytes, &logs[0]).expect("pristine log");
+    let bytes = std::fs::read(&logs[0]).expect("log");
+    let scan = sievedb::wal::scan_log(&bytes, &logs[0]).expect("pristine log");
+    (pristine, logs, bytes, scan)
+}
+
+#[test]
+fn damaged_log() {
+    const N: u64 = 80;
+    let base = tempfile::tempdir().expect("tempdir");
+    let (pristine, logs, _, scan) = log_only_database(base.path(), N);
     // One record per batch, then the seal a clean close appends (an empty
     // batch), so damage to batch N's record is not a torn tail.
     assert_eq!(
@@ -389,21 +401,7 @@ fn a_lost_flush_edit_is_refused_not_silently_dropped() {
 fn a_damaged_last_write_is_detected_after_a_clean_close() {
     const N: u64 = 30;
     let base = tempfile::tempdir().expect("tempdir");
-    let pristine = base.path().join("pristine");
-    let mut opts = churn_options();
-    opts.memtable_bytes = 4 << 20;
-    opts.background_compaction = false;
-    {
-        let db = Db::open(&pristine, opts.clone()).expect("open");
-        for b in 1..=N {
-            db.write(&batch(b)).expect("write");
-        }
-        db.close().expect("close");
-    }
-    let logs = files_matching(&pristine, |n| n.ends_with(".log"));
-    assert_eq!(logs.len(), 1);
-    let bytes = std::fs::read(&logs[0]).expect("log");
-    let scan = sievedb::wal::scan_log(&bytes, &logs[0]).expect("pristine log");
+    let (pristine, logs, bytes, scan) = log_only_database(base.path(), N);
     assert_eq!(scan.records.len() as u64, N + 1);
     let work = base.path().join("work");
     let victim = work.join(logs[0].file_name().expect("name"));
