@@ -45,24 +45,35 @@ fn load_with(opts: Options) -> (tempfile::TempDir, Db) {
     (dir, db)
 }
 
+/// `present/{label}` and `missing/{label}` rows: gets of loaded keys and of
+/// the keys between them, visited with a stride so no two gets in a row
+/// share a block.
+fn present_and_missing(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: &str,
+    db: &Db,
+) {
+    let mut i = 0u64;
+    group.bench_function(format!("present/{label}"), |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            black_box(db.get(key(i * 2)).expect("get"))
+        })
+    });
+    group.bench_function(format!("missing/{label}"), |b| {
+        b.iter(|| {
+            i = (i + 7919) % KEYS;
+            black_box(db.get(key(i * 2 + 1)).expect("get"))
+        })
+    });
+}
+
 fn gets(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine_get");
     for track in [false, true] {
         let (_dir, db) = load(track);
         let label = if track { "hot_keys_on" } else { "hot_keys_off" };
-        let mut i = 0u64;
-        group.bench_function(format!("present/{label}"), |b| {
-            b.iter(|| {
-                i = (i + 7919) % KEYS;
-                black_box(db.get(key(i * 2)).expect("get"))
-            })
-        });
-        group.bench_function(format!("missing/{label}"), |b| {
-            b.iter(|| {
-                i = (i + 7919) % KEYS;
-                black_box(db.get(key(i * 2 + 1)).expect("get"))
-            })
-        });
+        present_and_missing(&mut group, label, &db);
     }
     group.finish();
 }
@@ -163,19 +174,7 @@ fn block_cache(c: &mut Criterion) {
             block_cache_bytes: bytes,
             ..Options::default()
         });
-        let mut i = 0u64;
-        group.bench_function(format!("present/{label}"), |b| {
-            b.iter(|| {
-                i = (i + 7919) % KEYS;
-                black_box(db.get(key(i * 2)).expect("get"))
-            })
-        });
-        group.bench_function(format!("missing/{label}"), |b| {
-            b.iter(|| {
-                i = (i + 7919) % KEYS;
-                black_box(db.get(key(i * 2 + 1)).expect("get"))
-            })
-        });
+        present_and_missing(&mut group, label, &db);
     }
     group.finish();
 }
