@@ -256,10 +256,10 @@ impl Db {
             .collect();
         let block_cache = BlockCache::new(opts.block_cache_bytes);
 
-        let recovered = Manifest::recover(fs.as_ref(), &dir)?;
-        let old_manifest = recovered.as_ref().map(|(_, n)| *n);
+        let recovered = Manifest::recover_noting_tail(fs.as_ref(), &dir)?;
+        let old_manifest = recovered.as_ref().map(|&(_, n, torn)| (n, torn));
         let mut mstate = match recovered {
-            Some((state, _)) => state,
+            Some((state, _, _)) => state,
             None => ManifestState {
                 levels: Vec::new(),
                 next_file_number: 1,
@@ -297,21 +297,23 @@ impl Db {
         // The manifest's log number names the oldest log still needed. That
         // log is created (and its directory entry synced) before any
         // manifest edit names it, and deleted only after a later synced
-        // edit names a newer one, so it exists whenever the manifest names
-        // it. If it is missing, the edit that let it go was lost (bit rot
-        // in the manifest's last record reads like a torn tail, and is
-        // dropped as one) or the log was removed: the writes it held are
-        // in a table no replayed edit lists. Opening would silently lose
-        // them, so refuse.
-        if let Some(number) = old_manifest {
+        // edit names a newer one. So if the replay dropped a torn last edit
+        // and that log is missing, the dropped edit was not torn by a crash
+        // but complete and damaged afterwards (bit rot reads like a tear):
+        // a flush's edit that had let the log go, whose writes are in a
+        // table no replayed edit lists. Opening would silently lose them,
+        // so refuse. (Without a dropped edit a missing log is left alone:
+        // checkpoints written before they named no log carry their source's
+        // log number and no log.)
+        if let Some((number, true)) = old_manifest {
             if mstate.log_number != 0 && logs.first() != Some(&mstate.log_number) {
                 return Err(Error::corruption(
                     dir.join(manifest_file_name(number)),
                     None,
                     format!(
-                        "the manifest names log {} as the oldest one still needed, but it is \
-                         missing: a manifest edit that replaced it was lost (a damaged last \
-                         record reads like a torn one), or the log was removed",
+                        "the manifest's last edit was dropped as torn, and the log it names \
+                         as the oldest one still needed, {}, is missing: the dropped edit \
+                         was complete (damaged, not torn) and had replaced that log",
                         log_file_name(mstate.log_number)
                     ),
                 ));
@@ -705,8 +707,10 @@ impl Db {
         &self.inner.dir
     }
 
-    /// Stops the background threads and syncs the log. Dropping the handle
-    /// does the same, ignoring errors; `close` reports them.
+    /// Stops the background threads, seals and syncs the log (also when
+    /// the database is poisoned: the writes it acknowledged are in the log,
+    /// unless the log itself failed, which `close` then reports). Dropping
+    /// the handle does the same, ignoring errors; `close` reports them.
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
@@ -738,10 +742,11 @@ impl Db {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        // Even a poisoned database (a failed flush, say) seals and syncs
+        // its log: the writes it acknowledged are in it, and with
+        // `sync_writes = false` this sync is what makes them durable. A log
+        // that itself failed refuses both, and that error is returned.
         let mut w = self.inner.writer.lock();
-        if self.inner.poisoned.load(Ordering::Acquire) {
-            return Ok(());
-        }
         seal_log(&mut w)?;
         w.wal.sync()
     }

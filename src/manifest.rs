@@ -603,6 +603,15 @@ impl Manifest {
     /// that does not apply, a first record that is not a snapshot — is
     /// [`Error::Corruption`] naming the file.
     pub fn recover(fs: &dyn FileSystem, dir: &Path) -> Result<Option<(ManifestState, u64)>> {
+        Ok(Manifest::recover_noting_tail(fs, dir)?.map(|(state, number, _)| (state, number)))
+    }
+
+    /// [`recover`](Self::recover), also saying whether a torn last record
+    /// was dropped (the one way an edit can go missing without an error).
+    pub(crate) fn recover_noting_tail(
+        fs: &dyn FileSystem,
+        dir: &Path,
+    ) -> Result<Option<(ManifestState, u64, bool)>> {
         let current = dir.join(CURRENT_FILE_NAME);
         let Some(number) = current_manifest_number(fs, dir)? else {
             return Ok(None);
@@ -642,7 +651,7 @@ impl Manifest {
                 "manifest holds no complete snapshot record",
             ));
         }
-        Ok(Some((state, number)))
+        Ok(Some((state, number, scan.torn_tail)))
     }
 
     /// Appends one edit and syncs it before returning (durable when `Ok`).

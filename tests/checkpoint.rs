@@ -329,3 +329,36 @@ fn a_failed_checkpoint_leaves_dest_retryable() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Checkpoints taken before checkpoints wrote log number 0 carried their
+/// source's log number and no log. The open's missing-log check applies
+/// only when the manifest replay dropped a torn last edit, so such a copy
+/// (one intact snapshot record) still opens with everything in it (found by
+/// a reviewer: the first version of the check refused it).
+#[test]
+fn a_checkpoint_naming_its_sources_log_still_opens() {
+    use sievedb::fs::RealFs;
+    use sievedb::manifest::Manifest;
+    let base = tempfile::tempdir().expect("tempdir");
+    let src = base.path().join("src");
+    let dest = base.path().join("ckpt");
+    let db = Db::open(&src, churn_options()).expect("open");
+    for b in 1..=50 {
+        db.write(&batch(b)).expect("write");
+    }
+    db.checkpoint(&dest).expect("checkpoint");
+    db.close().expect("close");
+    // Rewrite the copy's manifest as the earlier code wrote it: the
+    // source's log number, which names a log the copy does not have.
+    let (src_state, _) = Manifest::recover(&RealFs, &src).unwrap().unwrap();
+    let (mut state, old_number) = Manifest::recover(&RealFs, &dest).unwrap().unwrap();
+    assert_eq!(state.log_number, 0);
+    state.log_number = src_state.log_number;
+    assert_ne!(state.log_number, 0);
+    let number = state.next_file_number;
+    state.next_file_number += 1;
+    Manifest::create(&RealFs, &dest, number, &state).expect("manifest");
+    std::fs::remove_file(dest.join(format!("MANIFEST-{old_number:06}"))).expect("old manifest");
+    let db = Db::open(&dest, churn_options()).expect("a checkpoint of the earlier kind opens");
+    check(&db, 50, 50).expect("every batch");
+}
