@@ -117,6 +117,28 @@ pub struct TableOptions {
     ///
     /// [`prefix_hash`]: crate::filter::prefix_hash
     pub prefix_len: Option<usize>,
+    /// How data blocks are stored (default [`Compression::None`]).
+    /// [`Compression::None`] writes a format-version-1 table, exactly as
+    /// before compression existed; [`Compression::Lz4`] writes version 2,
+    /// whose every block records whether it is stored compressed.
+    pub compression: Compression,
+}
+
+/// How a table's data blocks are stored.
+///
+/// Whatever a table was written with, it is read correctly under any
+/// setting: each table records its format version and each version-2 block
+/// its type, so tables of both kinds coexist in one database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Blocks are stored as they are (format version 1). The default.
+    #[default]
+    None,
+    /// Each data block is compressed with LZ4 (the `lz4_flex` crate's block
+    /// format) and stored compressed when that saves at least an eighth of
+    /// its size, otherwise stored as it is (format version 2). Index,
+    /// filter and properties blocks are never compressed.
+    Lz4,
 }
 
 impl Default for TableOptions {
@@ -128,6 +150,7 @@ impl Default for TableOptions {
             restart_interval: 16,
             filter_policy: Arc::new(BloomPolicy::new(10.0)),
             prefix_len: None,
+            compression: Compression::None,
         }
     }
 }
