@@ -6,19 +6,24 @@
 //! and answers point reads ([`Table::get`]) and range scans
 //! ([`Table::iter`]).
 //!
-//! # File format (version 1)
+//! # File format (versions 1 and 2)
 //!
 //! All integers are little endian; `varint` is LEB128 (7 bits per byte, low
-//! bits first). Every block is followed by a 4-byte trailer, the CRC-32
-//! (IEEE, as computed by `crc32fast`) of the block's contents; a *handle*
-//! `(offset, len)` names a block's first byte and its length without the
-//! trailer.
+//! bits first). In version 1 (written with [`Compression::None`]) every
+//! block is followed by a 4-byte trailer, the CRC-32 (IEEE, as computed by
+//! `crc32fast`) of the block's contents. In version 2 (written with
+//! [`Compression::Lz4`]) every block is followed by a 5-byte trailer,
+//! `type: u8 | crc32: u32`, the CRC over the stored bytes and the type;
+//! type 0 stores the contents as they are, type 1 (data blocks only) stores
+//! `varint32 uncompressed_len | LZ4 block`. A *handle* `(offset, len)`
+//! names a block's first byte and its stored length without the trailer.
+//! The footer's version field says which; both are read.
 //!
 //! ```text
 //! +--------------+-----+----------------+--------+------------+-------+--------+
 //! | data block 0 | ... | data block n-1 | filter | properties | index | footer |
 //! +--------------+-----+----------------+--------+------------+-------+--------+
-//!   each block is followed by its crc32                                 64 bytes
+//!   each block is followed by its trailer                               64 bytes
 //! ```
 //!
 //! * **Data blocks** hold entries in internal-key order. A block is closed
@@ -58,7 +63,7 @@
 //!   into memory at open.
 //! * **Footer** (64 bytes): index handle, filter handle, properties handle
 //!   (each `u64 offset, u64 len`: bytes 0..48), format version `u32` = 1
-//!   (48..52), CRC-32 of bytes 0..52 (52..56), magic `u64` =
+//!   or 2 (48..52), CRC-32 of bytes 0..52 (52..56), magic `u64` =
 //!   `"SIEVEsst"` read little endian (56..64).
 //!
 //! A table with no entries is valid: no data blocks, an empty index block

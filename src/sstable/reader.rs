@@ -539,7 +539,8 @@ impl Table {
     ///    (`data_block_reads`, `get_data_block_reads`, `bytes_read`): from
     ///    the block cache if the table has one and it holds the block
     ///    (`block_cache_hits`), else from the file with its checksum
-    ///    verified (`block_cache_misses` with a cache), then cached. Its
+    ///    verified and, if stored compressed, decompressed
+    ///    (`block_cache_misses` with a cache), then cached. Its
     ///    restart points are binary-searched and at most one restart
     ///    interval scanned.
     /// 4. `filter_false_positives` counts lookups of keys of which the table
