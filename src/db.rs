@@ -808,6 +808,7 @@ pub(crate) fn table_options(opts: &Options, filter_policy: Arc<dyn FilterPolicy>
         restart_interval: opts.restart_interval,
         filter_policy,
         prefix_len: opts.prefix_filter_len,
+        compression: opts.compression,
     }
 }
 

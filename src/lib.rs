@@ -88,5 +88,6 @@ pub use filter::budget::FilterBudget;
 pub use merge::DbIterator;
 pub use options::{CompactionPick, Options, DEFAULT_BLOCK_CACHE_BYTES};
 pub use snapshot::Snapshot;
+pub use sstable::Compression;
 pub use stats::{LevelStats, Stats, TableInfo};
 pub use verify::{Problem, VerifyReport};

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::filter::budget::FilterBudget;
 use crate::filter::{BloomPolicy, FilterPolicy};
 use crate::fs::{FileSystem, RealFs};
+use crate::sstable::Compression;
 
 /// How a compaction out of level 1 or deeper chooses its input table.
 ///
@@ -138,6 +139,18 @@ pub struct Options {
     /// [`Stats::block_cache_misses`](crate::Stats::block_cache_misses),
     /// [`Stats::block_cache_bytes`](crate::Stats::block_cache_bytes).
     pub block_cache_bytes: usize,
+    /// How new tables (flushes and compaction outputs) store their data
+    /// blocks. [`Compression::Lz4`] compresses each data block with LZ4 and
+    /// keeps the compressed form when it saves at least an eighth; index,
+    /// filter and properties blocks stay uncompressed. Tables keep what
+    /// they were written with until compaction rewrites them, and every
+    /// table is read correctly whatever this is set to now, so it can be
+    /// turned on or off between opens. A compressed block is decompressed
+    /// on every read unless the block cache holds it (the cache keeps the
+    /// decompressed copy); `bytes_read` counts the stored (compressed)
+    /// bytes. Default [`Compression::None`] (measurements in
+    /// `docs/benchmarks.md`, "Compression").
+    pub compression: Compression,
     /// The filesystem all writes go through (tests substitute one that
     /// simulates power loss and I/O errors). Default: the real one.
     pub fs: Arc<dyn FileSystem>,
@@ -167,6 +180,7 @@ impl std::fmt::Debug for Options {
             .field("background_compaction", &self.background_compaction)
             .field("track_hot_keys", &self.track_hot_keys)
             .field("block_cache_bytes", &self.block_cache_bytes)
+            .field("compression", &self.compression)
             .field("fs", &self.fs)
             .finish()
     }
@@ -196,6 +210,7 @@ impl Default for Options {
             background_compaction: true,
             track_hot_keys: true,
             block_cache_bytes: DEFAULT_BLOCK_CACHE_BYTES,
+            compression: Compression::None,
             fs: Arc::new(RealFs),
         }
     }

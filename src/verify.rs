@@ -13,7 +13,8 @@
 //! * **tables** (every table the current version references): opened afresh
 //!   from disk (footer, its checksum and magic, properties, index and filter
 //!   blocks with their checksums), the file size compared with the manifest's
-//!   record, then *every* data block's checksum and restart array, then every
+//!   record, then *every* data block's checksum, decompression (for compressed
+//!   blocks) and restart array, then every
 //!   entry decoded in order (internal keys strictly increasing, inside the
 //!   manifest's key range);
 //! * **logs** (every write-ahead log at or above the manifest's log number):

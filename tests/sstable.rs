@@ -237,6 +237,7 @@ fn small_block_opts(policy: &Arc<dyn FilterPolicy>) -> TableOptions {
         restart_interval: 3,
         filter_policy: Arc::clone(policy),
         prefix_len: None,
+        ..Default::default()
     }
 }
 

@@ -12,7 +12,7 @@ use sievedb::fs::RealFs;
 use sievedb::iter::InternalIterator;
 use sievedb::key::{InternalKey, ValueKind, MAX_SEQUENCE};
 use sievedb::sstable::format::{Footer, FOOTER_LEN};
-use sievedb::sstable::{Found, Table, TableBuilder, TableOptions};
+use sievedb::sstable::{Compression, Found, Table, TableBuilder, TableOptions};
 use sievedb::stats::ReadCounters;
 use sievedb::{Error, Result};
 
@@ -54,6 +54,7 @@ fn fixture(policy: &Arc<dyn FilterPolicy>, dir: &Path) -> Fixture {
         restart_interval: 4,
         filter_policy: Arc::clone(policy),
         prefix_len: None,
+        compression: Compression::None,
     };
     let mut b = TableBuilder::new(&RealFs, &path, 1, opts).unwrap();
     for (k, v) in &entries {
@@ -218,10 +219,10 @@ fn damage_is_reported_at_its_offset() {
     // Wrong magic.
     write(&|b| b[len - 1] ^= 0x80);
     assert_eq!(corruption_offset(&path, &policy), Some(len as u64 - 8));
-    // Unknown version, with a valid footer checksum.
+    // Unknown version (one past the newest), with a valid footer checksum.
     write(&|b| {
         let f = len - FOOTER_LEN;
-        b[f + 48] = 2;
+        b[f + 48] = 3;
         let crc = crc32fast::hash(&b[f..f + 52]);
         b[f + 52..f + 56].copy_from_slice(&crc.to_le_bytes());
     });

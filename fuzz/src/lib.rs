@@ -8,8 +8,10 @@ use std::sync::{Arc, OnceLock};
 use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
 use sievedb::fs::RealFs;
 use sievedb::key::ValueKind;
-use sievedb::sstable::format::{block_crc, get_varint64, FOOTER_LEN};
-use sievedb::sstable::{TableBuilder, TableOptions};
+use sievedb::sstable::format::{
+    block_crc, block_crc_v2, get_varint64, trailer_len, FOOTER_LEN, FORMAT_VERSION_2,
+};
+use sievedb::sstable::{Compression, TableBuilder, TableOptions};
 
 /// A per-process scratch directory (fuzz processes are single-threaded).
 pub fn scratch_dir() -> &'static Path {
@@ -60,6 +62,13 @@ pub fn build_table(path: &Path, data: &[u8], policy_byte: u8) -> bool {
         filter_policy: policy(policy_byte),
         // Some tables also hold 2-byte key prefixes in their filter.
         prefix_len: (policy_byte % 3 == 0).then_some(2),
+        // Some tables are written with LZ4 (format version 2): blocks of
+        // repetitive keys and values are stored compressed.
+        compression: if policy_byte & 0x10 != 0 {
+            Compression::Lz4
+        } else {
+            Compression::None
+        },
     };
     let Ok(mut b) = TableBuilder::new(&RealFs, path, 1, opts) else {
         return false;
@@ -100,8 +109,11 @@ fn u64_at(b: &[u8], i: usize) -> Option<u64> {
 
 /// Recomputes every checksum of a table file (data blocks named by the
 /// index, filter, properties, index, footer) so that damage to the bytes
-/// they cover reaches the decoders instead of being stopped by the CRC.
-/// Handles that do not fit are left alone.
+/// they cover reaches the decoders (and, for compressed blocks, the LZ4
+/// decompressor) instead of being stopped by the CRC. The trailer layout
+/// follows the footer's format version (1: `crc`, 2: `type | crc` with the
+/// CRC over the stored bytes and the type). Handles that do not fit are
+/// left alone.
 pub fn fix_table_checksums(file: &mut [u8]) {
     let Some(footer_at) = file.len().checked_sub(FOOTER_LEN) else {
         return;
@@ -117,6 +129,12 @@ pub fn fix_table_checksums(file: &mut [u8]) {
     ) else {
         return;
     };
+    let version = file
+        .get(f + 48..f + 52)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(1);
+    let v2 = version == FORMAT_VERSION_2;
+    let tl = trailer_len(version);
     let fix = |file: &mut [u8], off: u64, len: u64| {
         let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
             return;
@@ -124,11 +142,16 @@ pub fn fix_table_checksums(file: &mut [u8]) {
         let Some(end) = off.checked_add(len) else {
             return;
         };
-        if end.checked_add(4).is_none_or(|e| e > file.len()) {
+        if end.checked_add(tl).is_none_or(|e| e > file.len()) {
             return;
         }
-        let crc = block_crc(&file[off..end]);
-        file[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+        if v2 {
+            let crc = block_crc_v2(&file[off..end], file[end]);
+            file[end + 1..end + 5].copy_from_slice(&crc.to_le_bytes());
+        } else {
+            let crc = block_crc(&file[off..end]);
+            file[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+        }
     };
     // Data blocks: walk the index block's entries (restart at every entry:
     // shared = 0, unshared, value_len, key, value = varint offset, len).

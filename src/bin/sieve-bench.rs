@@ -37,7 +37,7 @@ use engine::{theoretical_fp_rate, Engine, PolicyKind, SieveEngine, SieveSettings
 use error::{io_err, BenchError, BenchResult};
 use keys::KeySpace;
 use report::{Machine, MissingCheck, Report, Run, ShapeSummary};
-use sievedb::{FilterBudget, TableInfo};
+use sievedb::{Compression, FilterBudget, TableInfo};
 
 /// Which filter policies to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,6 +57,24 @@ enum BudgetArg {
     Monkey,
 }
 
+/// sievedb's data-block compression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CompressionArg {
+    /// Blocks stored as they are (`Compression::None`).
+    None,
+    /// LZ4 where it saves an eighth (`Compression::Lz4`).
+    Lz4,
+}
+
+impl CompressionArg {
+    fn compression(self) -> Compression {
+        match self {
+            CompressionArg::None => Compression::None,
+            CompressionArg::Lz4 => Compression::Lz4,
+        }
+    }
+}
+
 /// Read-path benchmarks for sievedb (and, with the `peers` feature, RocksDB
 /// and fjall side by side).
 #[derive(Debug, Parser)]
@@ -71,6 +89,16 @@ struct Args {
     /// Bytes per value.
     #[arg(long, default_value_t = 100)]
     value_size: usize,
+    /// Fraction of each value's bytes that are pseudo-random; the rest
+    /// repeat one byte, so values compress to about this fraction (LevelDB
+    /// db_bench's `--compression_ratio`). 1 (the default): incompressible.
+    #[arg(long, default_value_t = 1.0)]
+    compression_ratio: f64,
+    /// sievedb's data-block compression (`Options::compression`): `none`
+    /// (the default) or `lz4` (the policy column then reads e.g.
+    /// `bloom+lz4`). Peers ignore it.
+    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
+    compression: CompressionArg,
     /// Threads per phase (the phase's operations are split between them).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -159,7 +187,8 @@ struct Plan {
 }
 
 fn plan(args: &Args) -> BenchResult<Plan> {
-    let ks = KeySpace::new(args.num, args.key_size, args.value_size, args.seed)?;
+    let ks = KeySpace::new(args.num, args.key_size, args.value_size, args.seed)?
+        .with_compression_ratio(args.compression_ratio)?;
     sieve_settings(args)?;
     if args.threads == 0 || args.threads > 1024 {
         return Err(BenchError::Invalid(format!(
@@ -293,6 +322,7 @@ fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
         block_cache_bytes: block_cache,
         filter_budget: args.filter_budget.budget(),
         last_level_filters: !args.no_last_level_filters,
+        compression: args.compression.compression(),
         memtable_bytes: memtable,
         level1_bytes: kib_to_bytes("--level1-kib", args.level1_kib)?,
     })
@@ -374,6 +404,7 @@ fn shape_summary(engine: &dyn Engine, keys: u64) -> (ShapeSummary, Vec<TableInfo
         tables_per_level: shape.tables_per_level.clone(),
         filter_bytes: shape.filter_bytes,
         filter_bits_per_key: shape.filter_bytes as f64 * 8.0 / keys.max(1) as f64,
+        table_bytes: shape.table_bytes,
     };
     (summary, shape.tables)
 }
@@ -394,6 +425,7 @@ fn run_one(
     let settings = sieve_settings(args)?;
     let budget = settings.filter_budget;
     let last_level_filters = settings.last_level_filters;
+    let compression = settings.compression;
     let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, settings)?
     else {
         eprintln!("{engine_name} has no {} filter: skipped", policy.name());
@@ -498,6 +530,9 @@ fn run_one(
                 if !last_level_filters && policy != PolicyKind::None {
                     label.push_str("-lastlevel");
                 }
+                if compression == Compression::Lz4 {
+                    label.push_str("+lz4");
+                }
                 label
             }
             _ => policy.name().to_string(),
@@ -583,6 +618,12 @@ fn main() -> std::process::ExitCode {
         print!("{t}");
     }
     for r in &report.runs {
+        if let Some(s) = r.shape.as_ref().filter(|_| r.engine == "sievedb") {
+            println!(
+                "{} {}: {} bytes of tables after the last phase",
+                r.engine, r.policy, s.table_bytes
+            );
+        }
         if let Some(m) = &r.missing {
             println!(
                 "{} {}: {:.3} covering tables per missing get, {:.3} filter checks per get; \

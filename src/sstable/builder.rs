@@ -11,12 +11,14 @@ use std::path::{Path, PathBuf};
 
 use super::block::{user_part, BlockBuilder};
 use super::format::{
-    block_crc, encode_properties, encode_u64_property, BlockHandle, Footer, PROP_DATA_BLOCKS,
-    PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES, PROP_FILTER_BITS_PER_KEY,
-    PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY, PROP_LARGEST_SEQ, PROP_PREFIX_LEN,
-    PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES, RESERVED_PROPERTY_PREFIX,
+    block_crc, block_crc_v2, encode_properties, encode_u64_property, lz4_compress_block,
+    trailer_len, BlockHandle, Footer, BLOCK_TYPE_LZ4, BLOCK_TYPE_RAW, FORMAT_VERSION_1,
+    FORMAT_VERSION_2, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES,
+    PROP_FILTER_BITS_PER_KEY, PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY,
+    PROP_LARGEST_SEQ, PROP_PREFIX_LEN, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
+    RESERVED_PROPERTY_PREFIX,
 };
-use super::{TableMeta, TableOptions};
+use super::{Compression, TableMeta, TableOptions};
 use crate::error::{Error, Result};
 use crate::filter::{key_hash, prefix_hash};
 use crate::fs::{FileSystem, WritableFile};
@@ -42,6 +44,8 @@ pub struct TableBuilder {
     file: Box<dyn WritableFile>,
     file_number: u64,
     opts: TableOptions,
+    /// The format version written: 1 without compression, 2 with.
+    version: u32,
     /// File offset of the next block (bytes appended plus bytes buffered).
     offset: u64,
     write_buf: Vec<u8>,
@@ -117,6 +121,10 @@ impl TableBuilder {
             // Restart at every index entry: the reader decodes the whole
             // index at open, and full keys keep that decode trivial.
             index_block: BlockBuilder::new(1),
+            version: match opts.compression {
+                Compression::None => FORMAT_VERSION_1,
+                Compression::Lz4 => FORMAT_VERSION_2,
+            },
             opts,
             offset: 0,
             write_buf: Vec::with_capacity(WRITE_BUFFER_BYTES),
@@ -224,21 +232,39 @@ impl TableBuilder {
         Ok(())
     }
 
-    /// Appends `contents` plus its checksum trailer and returns its handle.
+    /// Appends a block plus its trailer and returns its handle. Version 1:
+    /// the contents and their CRC. Version 2: the stored bytes (a data
+    /// block LZ4-compressed when [`Compression::Lz4`] and that saves an
+    /// eighth, otherwise the contents), the type byte, and the CRC of both.
     fn write_block(&mut self, contents_from: BlockSource) -> Result<BlockHandle> {
+        let is_data = matches!(contents_from, BlockSource::Data);
         let contents: &[u8] = match &contents_from {
             BlockSource::Data => self.data_block.finish(),
             BlockSource::Index => self.index_block.finish(),
             BlockSource::Bytes(b) => b,
         };
+        let compressed = match self.opts.compression {
+            Compression::Lz4 if is_data => lz4_compress_block(contents),
+            _ => None,
+        };
+        let (stored, block_type) = match &compressed {
+            Some(c) => (c.as_slice(), BLOCK_TYPE_LZ4),
+            None => (contents, BLOCK_TYPE_RAW),
+        };
         let handle = BlockHandle {
             offset: self.offset,
-            len: contents.len() as u64,
+            len: stored.len() as u64,
         };
-        let crc = block_crc(contents);
-        self.write_buf.extend_from_slice(contents);
-        self.write_buf.extend_from_slice(&crc.to_le_bytes());
-        self.offset += contents.len() as u64 + 4;
+        self.write_buf.extend_from_slice(stored);
+        if self.version == FORMAT_VERSION_2 {
+            self.write_buf.push(block_type);
+            let crc = block_crc_v2(stored, block_type);
+            self.write_buf.extend_from_slice(&crc.to_le_bytes());
+        } else {
+            let crc = block_crc(stored);
+            self.write_buf.extend_from_slice(&crc.to_le_bytes());
+        }
+        self.offset += (stored.len() + trailer_len(self.version)) as u64;
         if self.write_buf.len() >= WRITE_BUFFER_BYTES {
             self.flush_write_buf()?;
         }
@@ -370,6 +396,7 @@ impl TableBuilder {
             index,
             filter,
             properties,
+            version: self.version,
         };
         let footer = footer.encode();
         self.write_buf.extend_from_slice(&footer);

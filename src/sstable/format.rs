@@ -1,5 +1,6 @@
 //! Low-level codecs of the table format: varints, block handles, the block
-//! checksum trailer, the fixed-size footer and the properties block.
+//! trailers (checksum, and in version 2 the block type), the fixed-size
+//! footer, the properties block and the LZ4 framing of compressed blocks.
 //!
 //! The byte layouts are described in [`crate::sstable`] and `docs/format.md`.
 //! Every decoder here works on untrusted bytes: it returns `None` or an error
@@ -7,15 +8,115 @@
 
 use std::collections::BTreeMap;
 
-/// Bytes after every block: the CRC-32 (IEEE polynomial, as `crc32fast`
-/// computes it) of the block contents, little endian.
+/// Bytes after every block of a version-1 table: the CRC-32 (IEEE
+/// polynomial, as `crc32fast` computes it) of the block contents, little
+/// endian.
 pub const BLOCK_TRAILER_LEN: usize = 4;
+
+/// Bytes after every block of a version-2 table: the block type (one byte,
+/// [`BLOCK_TYPE_RAW`] or [`BLOCK_TYPE_LZ4`]), then the CRC-32 of the stored
+/// bytes followed by that type byte, little endian.
+pub const BLOCK_TRAILER_LEN_V2: usize = 5;
 
 /// Size of the footer at the end of every table file.
 pub const FOOTER_LEN: usize = 64;
 
-/// The table format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Table format version 1: blocks are stored as they are, each followed by
+/// a 4-byte CRC ([`BLOCK_TRAILER_LEN`]). Written for tables without
+/// compression.
+pub const FORMAT_VERSION_1: u32 = 1;
+
+/// Table format version 2: every block is followed by a type byte and a
+/// CRC ([`BLOCK_TRAILER_LEN_V2`]); a data block may be stored compressed.
+/// Written for tables built with compression.
+pub const FORMAT_VERSION_2: u32 = 2;
+
+/// The newest table format version this code writes and reads (it reads
+/// every version from [`FORMAT_VERSION_1`] on).
+pub const FORMAT_VERSION: u32 = FORMAT_VERSION_2;
+
+/// Block type (version 2): the stored bytes are the block's contents.
+pub const BLOCK_TYPE_RAW: u8 = 0;
+
+/// Block type (version 2): the stored bytes are `varint32
+/// uncompressed_len` followed by one LZ4 block (the LZ4 block format, no
+/// frame) that decompresses to exactly `uncompressed_len` bytes. Only data
+/// blocks are ever stored this way.
+pub const BLOCK_TYPE_LZ4: u8 = 1;
+
+/// Largest ratio of decompressed to compressed size an LZ4 block can
+/// reach (a match's length grows by 255 per extra byte). A stored
+/// `uncompressed_len` above [`max_decompressed_len`] of the stored size is
+/// corruption, so a damaged length can never ask for a huge buffer.
+pub const MAX_LZ4_RATIO: u64 = 255;
+
+/// The length of a block's trailer in tables of format `version` (1 or 2).
+#[inline]
+pub fn trailer_len(version: u32) -> usize {
+    if version >= FORMAT_VERSION_2 {
+        BLOCK_TRAILER_LEN_V2
+    } else {
+        BLOCK_TRAILER_LEN
+    }
+}
+
+/// The largest decompressed size accepted for an LZ4 block whose stored
+/// payload (after the length varint) is `compressed_len` bytes: the LZ4
+/// ratio bound, and below 4 GiB (a block's restart offsets are `u32`).
+#[inline]
+pub fn max_decompressed_len(compressed_len: usize) -> usize {
+    let bound = (compressed_len as u64)
+        .saturating_mul(MAX_LZ4_RATIO)
+        .saturating_add(64)
+        .min(u32::MAX as u64);
+    usize::try_from(bound).unwrap_or(usize::MAX)
+}
+
+/// Compresses a data block's contents for storage as [`BLOCK_TYPE_LZ4`]
+/// (`varint32 len | lz4 block`). `None` when that would not save at least
+/// an eighth of the block (LevelDB's rule: the CPU to decompress is not
+/// worth less), or when the block is outside what a reader accepts.
+pub fn lz4_compress_block(contents: &[u8]) -> Option<Vec<u8>> {
+    if contents.len() > u32::MAX as usize {
+        return None;
+    }
+    let mut out = Vec::with_capacity(5 + lz4_flex::block::get_maximum_output_size(contents.len()));
+    put_varint64(&mut out, contents.len() as u64);
+    let header = out.len();
+    out.resize(
+        header + lz4_flex::block::get_maximum_output_size(contents.len()),
+        0,
+    );
+    let n = lz4_flex::block::compress_into(contents, &mut out[header..]).ok()?;
+    out.truncate(header + n);
+    let saves_an_eighth = out.len() < contents.len() - contents.len() / 8;
+    let readable = contents.len() <= max_decompressed_len(n);
+    (saves_an_eighth && readable).then_some(out)
+}
+
+/// Decompresses the stored bytes of a [`BLOCK_TYPE_LZ4`] block. Every
+/// failure is a reason string (the caller reports it as corruption): a bad
+/// length varint, a length above [`max_decompressed_len`], or LZ4 data
+/// that does not decode to exactly that length.
+pub fn lz4_decompress_block(stored: &[u8]) -> Result<Vec<u8>, String> {
+    let (len, p) = get_varint32(stored, 0).ok_or("bad decompressed length in compressed block")?;
+    let payload = &stored[p..];
+    let max = max_decompressed_len(payload.len());
+    if len > max {
+        return Err(format!(
+            "compressed block claims {len} decompressed bytes, more than {max} possible from {} stored bytes",
+            payload.len()
+        ));
+    }
+    let mut out = vec![0u8; len];
+    match lz4_flex::block::decompress_into(payload, &mut out) {
+        Ok(n) if n == len => Ok(out),
+        Ok(n) => Err(format!(
+            "compressed block decompressed to {n} bytes, not the {len} it records"
+        )),
+        Err(e) => Err(format!("compressed block does not decompress: {e}")),
+    }
+}
 
 /// The last eight bytes of every table file (`"SIEVEsst"` read as a
 /// little-endian `u64`).
@@ -107,8 +208,8 @@ pub fn get_varint32(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
 }
 
 /// Where a block lives in the file: the offset of its first byte and the
-/// length of its contents (the 4-byte checksum trailer follows and is not
-/// counted in `len`).
+/// length of its stored bytes (the trailer follows and is not counted in
+/// `len`; for a compressed block `len` is the compressed size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockHandle {
     /// Offset of the block's first byte in the file.
@@ -118,11 +219,18 @@ pub struct BlockHandle {
 }
 
 impl BlockHandle {
-    /// Offset one past the block's checksum trailer, or `None` on overflow.
+    /// Offset one past the block's checksum trailer in a version-1 table,
+    /// or `None` on overflow.
     pub fn end_with_trailer(&self) -> Option<u64> {
+        self.end_with_trailer_len(BLOCK_TRAILER_LEN)
+    }
+
+    /// Offset one past the block's trailer of `trailer_len` bytes (see
+    /// [`trailer_len`]), or `None` on overflow.
+    pub fn end_with_trailer_len(&self, trailer_len: usize) -> Option<u64> {
         self.offset
             .checked_add(self.len)?
-            .checked_add(BLOCK_TRAILER_LEN as u64)
+            .checked_add(trailer_len as u64)
     }
 
     /// Appends the varint encoding (offset, then len), as used in index
@@ -140,10 +248,20 @@ impl BlockHandle {
     }
 }
 
-/// CRC-32 of a block's contents, as stored in its trailer.
+/// CRC-32 of a block's contents, as stored in its trailer (version 1).
 #[inline]
 pub fn block_crc(contents: &[u8]) -> u32 {
     crc32fast::hash(contents)
+}
+
+/// CRC-32 of a version-2 block: its stored bytes followed by its type byte
+/// (so a damaged type is caught like damaged contents).
+#[inline]
+pub fn block_crc_v2(stored: &[u8], block_type: u8) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(stored);
+    h.update(&[block_type]);
+    h.finalize()
 }
 
 /// The fixed-size footer at the end of every table.
@@ -155,6 +273,9 @@ pub struct Footer {
     pub filter: BlockHandle,
     /// The properties block.
     pub properties: BlockHandle,
+    /// The table format version ([`FORMAT_VERSION_1`] or
+    /// [`FORMAT_VERSION_2`]); it decides the blocks' trailer layout.
+    pub version: u32,
 }
 
 /// Why a footer was rejected, with the offset of the bad field relative to
@@ -183,7 +304,7 @@ impl Footer {
         for (i, v) in fields.iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
-        out[48..52].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out[48..52].copy_from_slice(&self.version.to_le_bytes());
         let crc = crc32fast::hash(&out[..52]);
         out[52..56].copy_from_slice(&crc.to_le_bytes());
         out[56..64].copy_from_slice(&MAGIC.to_le_bytes());
@@ -225,7 +346,7 @@ impl Footer {
             ));
         }
         let version = u32_at(48);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_1..=FORMAT_VERSION).contains(&version) {
             return Err(err(48, format!("unknown table format version {version}")));
         }
         let h = |i: usize| BlockHandle {
@@ -236,6 +357,7 @@ impl Footer {
             index: h(0),
             filter: h(16),
             properties: h(32),
+            version,
         })
     }
 }
@@ -333,6 +455,7 @@ mod tests {
             index: BlockHandle { offset: 1, len: 2 },
             filter: BlockHandle { offset: 3, len: 4 },
             properties: BlockHandle { offset: 5, len: 6 },
+            version: FORMAT_VERSION_2,
         };
         let enc = f.encode();
         assert_eq!(Footer::decode(&enc), Ok(f));
@@ -349,6 +472,57 @@ mod tests {
         bad[52..56].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Footer::decode(&bad).unwrap_err().offset_in_footer, 48);
         assert!(Footer::decode(&enc[1..]).is_err());
+        let v1 = Footer {
+            version: FORMAT_VERSION_1,
+            ..f
+        };
+        assert_eq!(Footer::decode(&v1.encode()), Ok(v1));
+    }
+
+    #[test]
+    fn lz4_block_round_trip_and_rejects() {
+        let contents: Vec<u8> = (0..4096u32).map(|i| (i % 7) as u8).collect();
+        let stored = lz4_compress_block(&contents).expect("compressible");
+        assert!(stored.len() < contents.len() / 2);
+        assert_eq!(lz4_decompress_block(&stored).unwrap(), contents);
+        // Incompressible bytes are not worth storing compressed.
+        let mut x = 0x9e3779b97f4a7c15u64;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(lz4_compress_block(&random).is_none());
+        // A length above the ratio bound is refused before allocating.
+        let mut huge = Vec::new();
+        put_varint64(&mut huge, u32::MAX as u64);
+        huge.extend_from_slice(&stored[2..]);
+        assert!(lz4_decompress_block(&huge)
+            .unwrap_err()
+            .contains("more than"));
+        // A wrong (but plausible) length is refused.
+        let mut short = Vec::new();
+        put_varint64(&mut short, 4000);
+        short.extend_from_slice(&stored[2..]);
+        assert!(lz4_decompress_block(&short).is_err());
+        assert!(lz4_decompress_block(&[]).is_err());
+        // Every truncation and every single-byte change is an error or a
+        // block of the recorded length, never a panic.
+        for cut in 0..stored.len() {
+            let _ = lz4_decompress_block(&stored[..cut]);
+        }
+        for i in 0..stored.len() {
+            for bit in [1u8, 0x80, 0xff] {
+                let mut bad = stored.clone();
+                bad[i] ^= bit;
+                if let Ok(out) = lz4_decompress_block(&bad) {
+                    assert!(out.len() <= max_decompressed_len(bad.len()));
+                }
+            }
+        }
     }
 
     #[test]

@@ -75,18 +75,18 @@ impl TableIter {
         };
         let handle = entry.handle;
         let start = handle.offset as usize;
-        self.contents = if self.counted {
-            match self.table.read_data_block(handle, SCANS_FILL_CACHE)? {
-                BlockBytes::Mapped(b) => Loaded::mapped(start, b.len()),
-                BlockBytes::Cached(b) => Loaded {
-                    start,
-                    end: start + b.len(),
-                    cached: Some(b),
-                },
-            }
+        let bytes = if self.counted {
+            self.table.read_data_block(handle, SCANS_FILL_CACHE)?
         } else {
-            let view = self.table.data_block_uncounted(handle)?;
-            Loaded::mapped(start, view.contents().len())
+            self.table.data_block_uncounted(handle)?
+        };
+        self.contents = match bytes {
+            BlockBytes::Mapped(b) => Loaded::mapped(start, b.len()),
+            BlockBytes::Owned(b) => Loaded {
+                start,
+                end: start + b.len(),
+                owned: Some(b),
+            },
         };
         self.block = i;
         self.next_pos = 0;
@@ -282,7 +282,7 @@ impl InternalIterator for TableIter {
     }
 
     fn value(&self) -> &[u8] {
-        match &self.contents.cached {
+        match &self.contents.owned {
             Some(b) => self
                 .value
                 .start
@@ -306,12 +306,13 @@ impl InternalIterator for TableIter {
 const SCANS_FILL_CACHE: bool = false;
 
 /// Where the loaded block's bytes are: `start..end` of the mapped file,
-/// or the block cache's copy of those bytes.
+/// or an owned copy (the block cache's, or a decompressed block) whose
+/// byte `i` stands for file offset `start + i`.
 #[derive(Debug, Default)]
 struct Loaded {
     start: usize,
     end: usize,
-    cached: Option<Arc<[u8]>>,
+    owned: Option<Arc<[u8]>>,
 }
 
 impl Loaded {
@@ -319,20 +320,20 @@ impl Loaded {
         Loaded {
             start,
             end: start + len,
-            cached: None,
+            owned: None,
         }
     }
 }
 
 /// The block loaded by [`TableIter::load`] (its checksum was verified
 /// then, or it came from the block cache), as a view over the table's
-/// mapped bytes or the cached copy. A free function so the caller can keep
+/// mapped bytes or the owned copy. A free function so the caller can keep
 /// writing the iterator's other fields while it is borrowed.
 fn loaded_block<'a>(
     table: &'a Table,
     contents: &'a Loaded,
 ) -> std::result::Result<BlockView<'a>, BlockCorruption> {
-    let bytes = match &contents.cached {
+    let bytes = match &contents.owned {
         Some(b) => b,
         None => table
             .mmap_bytes()

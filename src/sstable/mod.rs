@@ -6,19 +6,24 @@
 //! and answers point reads ([`Table::get`]) and range scans
 //! ([`Table::iter`]).
 //!
-//! # File format (version 1)
+//! # File format (versions 1 and 2)
 //!
 //! All integers are little endian; `varint` is LEB128 (7 bits per byte, low
-//! bits first). Every block is followed by a 4-byte trailer, the CRC-32
-//! (IEEE, as computed by `crc32fast`) of the block's contents; a *handle*
-//! `(offset, len)` names a block's first byte and its length without the
-//! trailer.
+//! bits first). In version 1 (written with [`Compression::None`]) every
+//! block is followed by a 4-byte trailer, the CRC-32 (IEEE, as computed by
+//! `crc32fast`) of the block's contents. In version 2 (written with
+//! [`Compression::Lz4`]) every block is followed by a 5-byte trailer,
+//! `type: u8 | crc32: u32`, the CRC over the stored bytes and the type;
+//! type 0 stores the contents as they are, type 1 (data blocks only) stores
+//! `varint32 uncompressed_len | LZ4 block`. A *handle* `(offset, len)`
+//! names a block's first byte and its stored length without the trailer.
+//! The footer's version field says which; both are read.
 //!
 //! ```text
 //! +--------------+-----+----------------+--------+------------+-------+--------+
 //! | data block 0 | ... | data block n-1 | filter | properties | index | footer |
 //! +--------------+-----+----------------+--------+------------+-------+--------+
-//!   each block is followed by its crc32                                 64 bytes
+//!   each block is followed by its trailer                               64 bytes
 //! ```
 //!
 //! * **Data blocks** hold entries in internal-key order. A block is closed
@@ -58,7 +63,7 @@
 //!   into memory at open.
 //! * **Footer** (64 bytes): index handle, filter handle, properties handle
 //!   (each `u64 offset, u64 len`: bytes 0..48), format version `u32` = 1
-//!   (48..52), CRC-32 of bytes 0..52 (52..56), magic `u64` =
+//!   or 2 (48..52), CRC-32 of bytes 0..52 (52..56), magic `u64` =
 //!   `"SIEVEsst"` read little endian (56..64).
 //!
 //! A table with no entries is valid: no data blocks, an empty index block
@@ -117,6 +122,28 @@ pub struct TableOptions {
     ///
     /// [`prefix_hash`]: crate::filter::prefix_hash
     pub prefix_len: Option<usize>,
+    /// How data blocks are stored (default [`Compression::None`]).
+    /// [`Compression::None`] writes a format-version-1 table, exactly as
+    /// before compression existed; [`Compression::Lz4`] writes version 2,
+    /// whose every block records whether it is stored compressed.
+    pub compression: Compression,
+}
+
+/// How a table's data blocks are stored.
+///
+/// Whatever a table was written with, it is read correctly under any
+/// setting: each table records its format version and each version-2 block
+/// its type, so tables of both kinds coexist in one database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Blocks are stored as they are (format version 1). The default.
+    #[default]
+    None,
+    /// Each data block is compressed with LZ4 (the `lz4_flex` crate's block
+    /// format) and stored compressed when that saves at least an eighth of
+    /// its size, otherwise stored as it is (format version 2). Index,
+    /// filter and properties blocks are never compressed.
+    Lz4,
 }
 
 impl Default for TableOptions {
@@ -128,6 +155,7 @@ impl Default for TableOptions {
             restart_interval: 16,
             filter_policy: Arc::new(BloomPolicy::new(10.0)),
             prefix_len: None,
+            compression: Compression::None,
         }
     }
 }

@@ -16,8 +16,9 @@ use memmap2::Mmap;
 
 use super::block::{cmp_internal_parts, user_part, BlockCorruption, BlockView};
 use super::format::{
-    block_crc, decode_properties, decode_u64_property, BlockHandle, Footer, BLOCK_TRAILER_LEN,
-    FOOTER_LEN, PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES,
+    block_crc, block_crc_v2, decode_properties, decode_u64_property, lz4_decompress_block,
+    trailer_len, BlockHandle, Footer, BLOCK_TYPE_LZ4, BLOCK_TYPE_RAW, FOOTER_LEN, FORMAT_VERSION_2,
+    PROP_DATA_BLOCKS, PROP_DISTINCT_KEYS, PROP_DISTINCT_PREFIXES, PROP_ENTRIES,
     PROP_FILTER_BITS_PER_KEY, PROP_FILTER_BYTES, PROP_FILTER_POLICY, PROP_LARGEST_KEY,
     PROP_LARGEST_SEQ, PROP_PREFIX_LEN, PROP_SMALLEST_KEY, PROP_SMALLEST_SEQ, PROP_TOMBSTONES,
 };
@@ -46,6 +47,8 @@ pub(crate) struct IndexEntry {
 pub struct Table {
     path: PathBuf,
     mmap: Mmap,
+    /// The table's format version (from the footer): 1 or 2.
+    version: u32,
     meta: TableMeta,
     properties: BTreeMap<String, Vec<u8>>,
     filter: Filter,
@@ -77,13 +80,14 @@ impl Drop for Table {
     }
 }
 
-/// The verified contents of a data block: a view of the mapped file, or a
-/// copy held by the block cache.
+/// The verified contents of a data block: a view of the mapped file, or an
+/// owned buffer (a block decompressed after its checksum matched, or the
+/// block cache's copy, verified and decompressed when it entered the cache).
 pub(crate) enum BlockBytes<'a> {
     /// Read from the mapped file (its checksum just matched).
     Mapped(&'a [u8]),
-    /// The block cache's copy (verified when it entered the cache).
-    Cached(Arc<[u8]>),
+    /// A decompressed block or the block cache's copy.
+    Owned(Arc<[u8]>),
 }
 
 impl BlockBytes<'_> {
@@ -92,7 +96,7 @@ impl BlockBytes<'_> {
     pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             BlockBytes::Mapped(b) => b,
-            BlockBytes::Cached(b) => b,
+            BlockBytes::Owned(b) => b,
         }
     }
 }
@@ -179,8 +183,9 @@ impl Table {
             (footer.properties, footer.index.offset, "properties"),
             (footer.index, footer_at, "index"),
         ];
+        let trailer = trailer_len(footer.version);
         for (handle, next, what) in chain {
-            if handle.end_with_trailer() != Some(next) {
+            if handle.end_with_trailer_len(trailer) != Some(next) {
                 return Err(Error::corruption(
                     path,
                     Some(footer_at),
@@ -195,6 +200,7 @@ impl Table {
         let mut table = Table {
             path: path.to_path_buf(),
             mmap,
+            version: footer.version,
             meta: TableMeta {
                 file_number,
                 file_size: file_len,
@@ -258,11 +264,13 @@ impl Table {
         self.corrupt(c.offset, c.reason)
     }
 
-    /// The contents of the block at `h`, after checking that it lies inside
-    /// the file and that its checksum matches.
-    pub(crate) fn block(&self, h: BlockHandle) -> Result<&[u8]> {
+    /// The stored bytes of the block at `h` and its type, after checking
+    /// that it lies inside the file and that its checksum matches (a
+    /// version-1 block is always [`BLOCK_TYPE_RAW`]).
+    fn stored_block(&self, h: BlockHandle) -> Result<(&[u8], u8)> {
+        let trailer_len = trailer_len(self.version);
         let range = h
-            .end_with_trailer()
+            .end_with_trailer_len(trailer_len)
             .filter(|&end| end <= self.mmap.len() as u64)
             .map(|end| h.offset as usize..end as usize);
         let Some(bytes) = range.and_then(|r| self.mmap.get(r)) else {
@@ -274,51 +282,92 @@ impl Table {
                 ),
             ));
         };
-        let (contents, trailer) = bytes.split_at(bytes.len() - BLOCK_TRAILER_LEN);
+        let (stored, trailer) = bytes.split_at(bytes.len() - trailer_len);
+        let (block_type, crc_bytes) = if self.version >= FORMAT_VERSION_2 {
+            (trailer[0], &trailer[1..])
+        } else {
+            (BLOCK_TYPE_RAW, trailer)
+        };
         let mut w = [0u8; 4];
-        w.copy_from_slice(trailer);
-        let stored = u32::from_le_bytes(w);
-        let actual = block_crc(contents);
-        if stored != actual {
+        w.copy_from_slice(crc_bytes);
+        let stored_crc = u32::from_le_bytes(w);
+        let actual = if self.version >= FORMAT_VERSION_2 {
+            block_crc_v2(stored, block_type)
+        } else {
+            block_crc(stored)
+        };
+        if stored_crc != actual {
             return Err(self.corrupt(
                 h.offset,
                 format!(
-                    "block checksum mismatch (len {}, stored {stored:#010x}, computed {actual:#010x})",
+                    "block checksum mismatch (len {}, stored {stored_crc:#010x}, computed {actual:#010x})",
                     h.len
                 ),
             ));
         }
-        Ok(contents)
+        Ok((stored, block_type))
+    }
+
+    /// The contents of a block that is always stored uncompressed (index,
+    /// filter, properties), after checking its place and checksum.
+    pub(crate) fn block(&self, h: BlockHandle) -> Result<&[u8]> {
+        match self.stored_block(h)? {
+            (contents, BLOCK_TYPE_RAW) => Ok(contents),
+            (_, t) => Err(self.corrupt(
+                h.offset,
+                format!("block of type {t} where only uncompressed blocks are allowed"),
+            )),
+        }
+    }
+
+    /// The contents of the data block at `h`, verified: a view of the file
+    /// for a block stored as it is, a decompressed buffer for a compressed
+    /// one. A damaged length or LZ4 stream is [`Error::Corruption`].
+    fn data_block(&self, h: BlockHandle) -> Result<BlockBytes<'_>> {
+        match self.stored_block(h)? {
+            (contents, BLOCK_TYPE_RAW) => Ok(BlockBytes::Mapped(contents)),
+            (stored, BLOCK_TYPE_LZ4) => {
+                let contents =
+                    lz4_decompress_block(stored).map_err(|r| self.corrupt(h.offset, r))?;
+                Ok(BlockBytes::Owned(Arc::from(contents)))
+            }
+            (_, t) => Err(self.corrupt(h.offset, format!("unknown block type {t}"))),
+        }
     }
 
     /// Reads a data block for a point read or a scan, counting it in
-    /// `data_block_reads` and `bytes_read` whether or not the block cache
-    /// holds it. With a cache: a hit (`block_cache_hits`) returns the
-    /// cached copy without reading the file or checking the checksum; a
-    /// miss (`block_cache_misses`) reads and verifies the block from the
-    /// file and, when `fill` and the cache admits it (a block's second miss
-    /// within a window, see [`BlockCache::admit`]), returns a copy it also
-    /// caches.
+    /// `data_block_reads` and `bytes_read` (the block's stored size, so
+    /// the compressed size for a compressed block) whether or not the
+    /// block cache holds it. With a cache: a hit (`block_cache_hits`)
+    /// returns the cached copy (decompressed) without reading the file,
+    /// checking the checksum or decompressing; a miss (`block_cache_misses`)
+    /// reads, verifies and decompresses the block from the file and, when
+    /// `fill` and the cache admits it (a block's second miss within a
+    /// window, see [`BlockCache::admit`]), caches the decompressed
+    /// contents.
     pub(crate) fn read_data_block(&self, h: BlockHandle, fill: bool) -> Result<BlockBytes<'_>> {
         let c = &*self.counters;
         ReadCounters::add(&c.data_block_reads, 1);
         ReadCounters::add(&c.bytes_read, h.len);
         let Some(cache) = &self.cache else {
-            return Ok(BlockBytes::Mapped(self.block(h)?));
+            return self.data_block(h);
         };
         let file = self.meta.file_number;
         if let Some(cached) = cache.get(file, h.offset) {
             ReadCounters::add(&c.block_cache_hits, 1);
-            return Ok(BlockBytes::Cached(cached));
+            return Ok(BlockBytes::Owned(cached));
         }
         ReadCounters::add(&c.block_cache_misses, 1);
-        let contents = self.block(h)?;
+        let contents = self.data_block(h)?;
         if !fill || !cache.admit(file, h.offset) {
-            return Ok(BlockBytes::Mapped(contents));
+            return Ok(contents);
         }
-        let copy: Arc<[u8]> = Arc::from(contents);
+        let copy: Arc<[u8]> = match contents {
+            BlockBytes::Mapped(b) => Arc::from(b),
+            BlockBytes::Owned(b) => b,
+        };
         cache.insert(file, h.offset, Arc::clone(&copy));
-        Ok(BlockBytes::Cached(copy))
+        Ok(BlockBytes::Owned(copy))
     }
 
     /// Reads a data block from the file without counting it and without
@@ -326,9 +375,12 @@ impl Table {
     /// `compaction_bytes_read`, the read counters describe what user reads
     /// cost, and a compaction's one pass over its inputs must not evict
     /// the blocks user reads need).
-    pub(crate) fn data_block_uncounted(&self, h: BlockHandle) -> Result<BlockView<'_>> {
-        let contents = self.block(h)?;
-        BlockView::parse(contents, h.offset).map_err(|c| self.block_error(c))
+    /// The block is checked and parsed once here; the result holds its
+    /// (decompressed) contents.
+    pub(crate) fn data_block_uncounted(&self, h: BlockHandle) -> Result<BlockBytes<'_>> {
+        let contents = self.data_block(h)?;
+        BlockView::parse(contents.as_slice(), h.offset).map_err(|c| self.block_error(c))?;
+        Ok(contents)
     }
 
     /// Decodes the whole index block into memory and checks that the data
@@ -355,7 +407,7 @@ impl Table {
                 return Err(self.corrupt(entry_at, "index entries do not tile the data blocks"));
             }
             expected_offset = handle
-                .end_with_trailer()
+                .end_with_trailer_len(trailer_len(self.version))
                 .ok_or_else(|| self.corrupt(entry_at, "index block handle overflows"))?;
             if let Some(prev) = index.last() {
                 let prev: &IndexEntry = prev;
@@ -487,7 +539,8 @@ impl Table {
     ///    (`data_block_reads`, `get_data_block_reads`, `bytes_read`): from
     ///    the block cache if the table has one and it holds the block
     ///    (`block_cache_hits`), else from the file with its checksum
-    ///    verified (`block_cache_misses` with a cache), then cached. Its
+    ///    verified and, if stored compressed, decompressed
+    ///    (`block_cache_misses` with a cache), then cached. Its
     ///    restart points are binary-searched and at most one restart
     ///    interval scanned.
     /// 4. `filter_false_positives` counts lookups of keys of which the table
@@ -602,6 +655,12 @@ impl Table {
 
     pub(crate) fn mmap_bytes(&self) -> &[u8] {
         &self.mmap
+    }
+
+    /// The table's format version: 1 (written without compression) or 2
+    /// (with; see `docs/format.md`).
+    pub fn format_version(&self) -> u32 {
+        self.version
     }
 
     /// The table's metadata, rebuilt from its properties block.

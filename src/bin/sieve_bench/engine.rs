@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
-use sievedb::{Db, FilterBudget, Options, Stats, TableInfo};
+use sievedb::{Compression, Db, FilterBudget, Options, Stats, TableInfo};
 
 use crate::error::{BenchError, BenchResult};
 
@@ -135,6 +135,8 @@ pub struct Shape {
     pub filter_bytes: u64,
     /// Table count per level, level 0 first.
     pub tables_per_level: Vec<u64>,
+    /// Bytes of all table files (sievedb only; 0 for peers).
+    pub table_bytes: u64,
 }
 
 /// What a workload needs from a key-value engine. Implementations are shared
@@ -193,6 +195,8 @@ pub struct SieveSettings {
     pub filter_budget: FilterBudget,
     /// `Options::last_level_filters`.
     pub last_level_filters: bool,
+    /// `Options::compression`.
+    pub compression: Compression,
     /// `Options::memtable_bytes`, if not the default.
     pub memtable_bytes: Option<usize>,
     /// `Options::level1_bytes`, if not the default.
@@ -221,6 +225,7 @@ impl SieveEngine {
             filter_policy: sieve_policy(kind, bits_per_key)?,
             filter_budget: settings.filter_budget,
             last_level_filters: settings.last_level_filters,
+            compression: settings.compression,
             memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
             level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
             block_cache_bytes: settings
@@ -286,8 +291,10 @@ impl Engine for SieveEngine {
             return Shape::default();
         };
         let stats = db.stats();
+        let tables = db.tables();
         Shape {
-            tables: db.tables(),
+            table_bytes: tables.iter().map(|t| t.file_size).sum(),
+            tables,
             filter_bytes: stats.filter_bytes(),
             tables_per_level: stats.levels.iter().map(|l| l.tables).collect(),
         }

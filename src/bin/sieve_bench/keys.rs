@@ -4,8 +4,10 @@
 //! keys are the even ones (`2i` for `i` in `0..num`); `readmissing` asks for
 //! odd ones (`2i + 1`), which sort between loaded keys, so every missing key
 //! falls inside the key range of the tables around it and only the filters
-//! can rule it out. Values are `value_size` pseudo-random bytes derived from
-//! the seed and the key index, so every read can be checked.
+//! can rule it out. Values are `value_size` bytes derived from the seed and
+//! the key index, so every read can be checked: the first `random_bytes`
+//! pseudo-random, the rest one repeated byte (`--compression-ratio`, as in
+//! LevelDB's db_bench; all random by default).
 //!
 //! Every sequence (fill order, read order) is drawn from `--seed` and the
 //! phase name, so each engine and policy sees the same keys in the same order.
@@ -25,6 +27,9 @@ pub struct KeySpace {
     pub key_size: usize,
     /// Bytes per value.
     pub value_size: usize,
+    /// Leading pseudo-random bytes of each value; the rest repeat one byte
+    /// (`value_size` unless [`with_compression_ratio`](Self::with_compression_ratio)).
+    pub random_bytes: usize,
     /// Seed of every sequence.
     pub seed: u64,
 }
@@ -70,8 +75,22 @@ impl KeySpace {
             num,
             key_size,
             value_size,
+            random_bytes: value_size,
             seed,
         })
+    }
+
+    /// Makes `ratio` (in (0, 1]) of each value's bytes pseudo-random and the
+    /// rest one repeated byte, so values compress to about `ratio` of their
+    /// size (`--compression-ratio`).
+    pub fn with_compression_ratio(mut self, ratio: f64) -> BenchResult<KeySpace> {
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return Err(BenchError::Invalid(format!(
+                "--compression-ratio must be in (0, 1], got {ratio}"
+            )));
+        }
+        self.random_bytes = ((self.value_size as f64 * ratio).ceil() as usize).min(self.value_size);
+        Ok(self)
     }
 
     /// Writes key number `j` into `out` (replacing its contents).
@@ -106,12 +125,19 @@ impl KeySpace {
     /// The value stored under loaded key `i`.
     pub fn value_into(&self, i: u64, out: &mut Vec<u8>) {
         out.clear();
-        let mut rng = Rng64::new(self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        while out.len() < self.value_size {
+        // The start is scrambled by one SplitMix step: seeding key `i` with
+        // `seed ^ i * increment` alone made key `i + 1`'s words key `i`'s
+        // shifted by one (SplitMix advances by that same increment), so
+        // neighbouring values shared most of their bytes and compressed
+        // well, whatever `--compression-ratio` said.
+        let start = Rng64::new(self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next();
+        let mut rng = Rng64::new(start);
+        while out.len() < self.random_bytes {
             let word = rng.next().to_le_bytes();
-            let take = (self.value_size - out.len()).min(8);
+            let take = (self.random_bytes - out.len()).min(8);
             out.extend_from_slice(&word[..take]);
         }
+        out.resize(self.value_size, b'x');
     }
 
     fn rng(&self, phase: &str) -> rand::rngs::StdRng {
@@ -216,6 +242,24 @@ mod splitmix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbouring_values_share_no_words() {
+        let ks = KeySpace::new(1000, 16, 64, 42).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..999 {
+            ks.value_into(i, &mut a);
+            ks.value_into(i + 1, &mut b);
+            for w in a.chunks(8) {
+                assert!(!b.chunks(8).any(|x| x == w), "key {i}");
+            }
+        }
+        let half = ks.with_compression_ratio(0.5).unwrap();
+        half.value_into(3, &mut a);
+        assert_eq!(a.len(), 64);
+        assert!(a[32..].iter().all(|&x| x == b'x'));
+        assert!(ks.with_compression_ratio(0.0).is_err());
+    }
 
     #[test]
     fn missing_keys_sort_between_present_keys() {

@@ -109,6 +109,7 @@ impl Engine for RocksEngine {
         Shape {
             tables: Vec::new(),
             filter_bytes: 0,
+            table_bytes: 0,
             tables_per_level,
         }
     }
@@ -238,6 +239,7 @@ impl Engine for FjallEngine {
         Shape {
             tables: Vec::new(),
             filter_bytes: 0,
+            table_bytes: 0,
             tables_per_level: self
                 .handles
                 .as_ref()

@@ -76,6 +76,8 @@ pub struct ShapeSummary {
     pub filter_bytes: u64,
     /// `filter_bytes * 8 / keys`.
     pub filter_bits_per_key: f64,
+    /// Bytes of all table files (sievedb only; 0 for peers).
+    pub table_bytes: u64,
 }
 
 /// One engine under one policy: its phases and derived figures.
