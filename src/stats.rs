@@ -29,7 +29,8 @@ pub struct ReadCounters {
     /// Of those, blocks looked up in the block cache and read from the file
     /// instead (0 without a cache: then every read goes to the file).
     pub block_cache_misses: AtomicU64,
-    /// Bytes of data blocks read.
+    /// Bytes of data blocks read, as stored in the file (a compressed
+    /// block counts its compressed size).
     pub bytes_read: AtomicU64,
     /// Data blocks read by point reads only.
     pub get_data_block_reads: AtomicU64,
@@ -170,7 +171,8 @@ pub struct Stats {
     /// cache this stays 0 and every data block read goes to the file.
     pub block_cache_misses: u64,
     /// Bytes of data blocks read (like `data_block_reads`, whether the
-    /// block cache or the file served them).
+    /// block cache or the file served them), as stored in the file: a
+    /// compressed block counts its compressed size.
     pub bytes_read: u64,
     /// Data blocks read by point reads.
     pub get_data_block_reads: u64,
