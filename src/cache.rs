@@ -129,10 +129,11 @@ impl std::fmt::Debug for BlockCache {
 
 impl BlockCache {
     /// A cache holding at most `capacity` bytes (contents plus a fixed
-    /// per-entry overhead); `None` for 0 (no cache).
-    pub(crate) fn new(capacity: usize) -> Option<Arc<BlockCache>> {
+    /// per-entry overhead); `None` for 0 (no cache). Settings the cache
+    /// crate refuses are [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub(crate) fn new(capacity: usize) -> crate::Result<Option<Arc<BlockCache>>> {
         if capacity == 0 {
-            return None;
+            return Ok(None);
         }
         let capacity = capacity as u64;
         // Each shard holds a share of the capacity, and a block larger than
@@ -145,17 +146,19 @@ impl BlockCache {
             .estimated_items_capacity(((capacity / 4096) as usize).max(16))
             .weight_capacity(capacity)
             .build()
-            .ok()?;
+            .map_err(|e| {
+                crate::Error::invalid(format!("block cache of {capacity} bytes: {e:?}"))
+            })?;
         let window = (capacity / TYPICAL_BLOCK_BYTES).max(64);
         let words = (window * DOORKEEPER_BITS_PER_BLOCK)
             .div_ceil(64)
             .next_power_of_two();
-        Some(Arc::new(BlockCache {
+        Ok(Some(Arc::new(BlockCache {
             cache: Cache::with_options(options, BytesWeighter, KeyHashBuilder, Default::default()),
             seen: (0..words).map(|_| AtomicU64::new(0)).collect(),
             misses: AtomicU64::new(0),
             window,
-        }))
+        })))
     }
 
     /// Records a miss of block `offset` of table `file` and says whether

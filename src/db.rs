@@ -254,7 +254,7 @@ impl Db {
         let level_counters: Vec<Arc<ReadCounters>> = (0..opts.num_levels)
             .map(|_| Arc::new(ReadCounters::default()))
             .collect();
-        let block_cache = BlockCache::new(opts.block_cache_bytes);
+        let block_cache = BlockCache::new(opts.block_cache_bytes)?;
 
         let recovered = Manifest::recover_noting_tail(fs.as_ref(), &dir)?;
         let old_manifest = recovered.as_ref().map(|&(_, n, torn)| (n, torn));
