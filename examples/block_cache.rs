@@ -16,25 +16,16 @@
 //! Run: `cargo run --release --example block_cache -- [keys] [cache MiB]
 //! [rounds]` (defaults 2000000, 32, 9).
 
+#[path = "../tests/support/streams.rs"]
+mod streams;
+
 use std::time::Instant;
 
 use sievedb::{Db, Options};
+use streams::SplitMix64;
 
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:013}").into_bytes()
-}
-
-/// SplitMix64: a fixed, fast key order.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -60,10 +51,10 @@ fn main() -> sievedb::Result<()> {
     let load_dir = base.path().join("load");
     {
         let db = Db::open(&load_dir, Options::default())?;
-        let mut rng = Rng(1);
+        let mut rng = SplitMix64(1);
         let mut order: Vec<u64> = (0..keys).collect();
         for i in (1..order.len()).rev() {
-            order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+            order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
         }
         for i in order {
             db.put(key(i), [b'v'; VALUE])?;
@@ -107,9 +98,9 @@ fn main() -> sievedb::Result<()> {
         let start = (keys - span) / 2;
         // Warm both (the cache admits a block on its second miss).
         for (_, db) in &dbs {
-            let mut rng = Rng(7);
+            let mut rng = SplitMix64(7);
             for _ in 0..(3 * span).min(4 * GETS) {
-                db.get(key(start + rng.next() % span))?;
+                db.get(key(start + rng.next_u64() % span))?;
             }
             db.reset_stats();
         }
@@ -118,10 +109,10 @@ fn main() -> sievedb::Result<()> {
             for j in 0..dbs.len() {
                 let j = if round % 2 == 0 { j } else { dbs.len() - 1 - j };
                 let db = &dbs[j].1;
-                let mut rng = Rng(round as u64 * 31 + 11);
+                let mut rng = SplitMix64(round as u64 * 31 + 11);
                 let t = Instant::now();
                 for _ in 0..GETS {
-                    let v = db.get(key(start + rng.next() % span))?;
+                    let v = db.get(key(start + rng.next_u64() % span))?;
                     assert!(v.is_some());
                 }
                 times[j].push(t.elapsed().as_nanos() as f64 / GETS as f64);

@@ -18,10 +18,14 @@
 //! Run: `cargo run --release --example compression -- [keys] [rounds]`
 //! (defaults 1000000, 9).
 
+#[path = "../tests/support/streams.rs"]
+mod streams;
+
 use std::path::Path;
 use std::time::Instant;
 
 use sievedb::{Compression, Db, Options};
+use streams::SplitMix64;
 
 const VALUE: usize = 100;
 const GETS: u64 = 100_000;
@@ -30,24 +34,11 @@ fn key(i: u64) -> Vec<u8> {
     format!("key{i:013}").into_bytes()
 }
 
-/// SplitMix64: a fixed, fast order and fast value bytes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 fn value(i: u64, kind: &str) -> Vec<u8> {
-    let mut rng = Rng(i.wrapping_mul(31).wrapping_add(7));
+    let mut rng = SplitMix64(i.wrapping_mul(31).wrapping_add(7));
     let random = if kind == "half" { VALUE / 2 } else { VALUE };
     let mut v: Vec<u8> = (0..random.div_ceil(8))
-        .flat_map(|_| rng.next().to_le_bytes())
+        .flat_map(|_| rng.next_u64().to_le_bytes())
         .take(random)
         .collect();
     v.resize(VALUE, b'x');
@@ -65,10 +56,10 @@ fn load(dir: &Path, compression: Compression, keys: u64, kind: &str) -> sievedb:
         ..Options::default()
     };
     let db = Db::open(dir, opts)?;
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64(1);
     let mut order: Vec<u64> = (0..keys).collect();
     for i in (1..order.len()).rev() {
-        order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
     }
     for i in order {
         db.put(key(i), value(i, kind))?;
@@ -105,9 +96,10 @@ fn main() -> sievedb::Result<()> {
             .map(|db| db.tables().iter().map(|t| t.file_size).sum())
             .collect();
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); dbs.len()];
-        let mut rng = Rng(99);
+        let mut rng = SplitMix64(99);
         for round in 0..rounds {
-            let keys_this_round: Vec<Vec<u8>> = (0..GETS).map(|_| key(rng.next() % keys)).collect();
+            let keys_this_round: Vec<Vec<u8>> =
+                (0..GETS).map(|_| key(rng.next_u64() % keys)).collect();
             let mut order: Vec<usize> = (0..dbs.len()).collect();
             if round % 2 == 1 {
                 order.reverse();
