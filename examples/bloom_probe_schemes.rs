@@ -4,7 +4,8 @@
 //! one probe per 64-bit or 32-bit word, sampling without replacement, and
 //! `ChainDistinct`: the first k distinct chain values, which format 0x04
 //! adopted; the eighth session added `Quad`, a quadratic progression mod
-//! 512, and `Words`, k distinct words with one bit each). Measures FP rate over `Q` (default 10M) absent queries per seed
+//! 512, and `Words`, k distinct words with one bit each; the tenth added
+//! `AffE` and its variants, affine images of random shapes). Measures FP rate over `Q` (default 10M) absent queries per seed
 //! and query time, side by side. Not a benchmark of the library; see
 //! docs/filters.md.
 //!
@@ -46,6 +47,22 @@ enum Scheme {
     /// the chain's top 3 bits), one chain-chosen bit in each: distinct by
     /// construction, testable with one `vpshufbitqmb` (eighth session).
     Words,
+    /// Tenth session, distinct by construction without a repeat check:
+    /// probe `i` is the top 9 bits of `s x c[t][i]` (`s` odd), where the
+    /// multipliers of one table entry `t` share their low 23 bits, so probe
+    /// `i` is `A + s e_i mod 512` for distinct `e_i`: an affine image of a
+    /// random 16-element "shape". `t` (from hash bits 9 on) picks one of
+    /// `T` random shapes (env `T`, default 64).
+    AffE,
+    /// `AffE` with one shape: a family of only 2^17 probe sets.
+    AffE1,
+    /// One shape XORed with `s` before the multiply (`c_i ^ s`).
+    AffX,
+    /// One shape, then `x ^ (x >> 5)`, XOR `s`, low bits cleared and a
+    /// second multiply by `s`: a nonlinear bijection of the 9-bit values.
+    N1,
+    /// `N1` with the second multiplier `rotl(s, 16) | 1`.
+    N3,
 }
 
 struct F {
@@ -195,6 +212,33 @@ impl F {
                 let w = (w0 + i as u32 * sstep) & 15;
                 (w << 5) | (st.wrapping_mul(self.pw[i + 1]) >> 27)
             }
+            Scheme::AffE | Scheme::AffE1 => {
+                // p_i = top9(s * c_i), c_i sharing their low 23 bits: p_i =
+                // top9(s c_0) + s e_i mod 512, distinct for odd s.
+                let st = st | 1;
+                let t = if let Scheme::AffE1 = self.scheme {
+                    0
+                } else {
+                    ((st >> 9) as usize) % AFF.len()
+                };
+                st.wrapping_mul(AFF[t][i]) >> 23
+            }
+            Scheme::AffX => {
+                let st = st | 1;
+                st.wrapping_mul(AFF[0][i] ^ st) >> 23
+            }
+            Scheme::N1 => {
+                let st = st | 1;
+                let x = AFF[0][i].wrapping_mul(st);
+                let y = ((x ^ (x >> 5)) ^ st) & 0xff80_0000;
+                y.wrapping_mul(st) >> 23
+            }
+            Scheme::N3 => {
+                let st = st | 1;
+                let x = AFF[0][i].wrapping_mul(st);
+                let y = ((x ^ (x >> 5)) ^ st) & 0xff80_0000;
+                y.wrapping_mul(st.rotate_left(16) | 1) >> 23
+            }
             Scheme::Part => {
                 let x = st.wrapping_mul(self.pw[i]);
                 self.starts[i] + ((x as u64 * self.sizes[i] as u64) >> 32) as u32
@@ -257,6 +301,31 @@ impl F {
     }
 }
 
+/// The `AffE` shapes: `T` entries of 16 multipliers, each entry's
+/// multipliers sharing a random odd low part and carrying 16 distinct
+/// random 9-bit values on top.
+static AFF: std::sync::LazyLock<Vec<[u32; 16]>> = std::sync::LazyLock::new(|| {
+    let mut r = xs(0xabcdef);
+    (0..std::env::var("T")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(64))
+        .map(|_| {
+            let low = (r() as u32) & ((1 << 23) - 1) | 1;
+            let mut e = [0u32; 16];
+            let mut n = 0;
+            while n < 16 {
+                let v = (r() as u32) & 511;
+                if !e[..n].contains(&v) {
+                    e[n] = v;
+                    n += 1;
+                }
+            }
+            e.map(|v| (v << 23) | low)
+        })
+        .collect()
+});
+
 fn xs(seed: u64) -> impl FnMut() -> u64 {
     let mut x = seed | 1;
     move || {
@@ -318,6 +387,11 @@ fn main() {
             Scheme::Seq,
             Scheme::Quad,
             Scheme::Words,
+            Scheme::AffE,
+            Scheme::AffE1,
+            Scheme::AffX,
+            Scheme::N1,
+            Scheme::N3,
         ] {
             if matches!(scheme, Scheme::Words) && k > 8 {
                 continue; // eight words hold at most eight probes

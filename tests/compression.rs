@@ -525,7 +525,8 @@ fn compressed_type_on_a_meta_block_is_corruption() {
 /// `tests/data/v1_table.sst` was written by sievedb before compression
 /// existed (format version 1; see `write_v1_fixture` below for the
 /// entries). It still reads, and a table built today without compression
-/// is byte-for-byte the same file.
+/// is byte-for-byte the same file, given the filter bytes of the time
+/// (Bloom format 0x04, which `BloomPolicy` built then: [`SecondBloomFormat`]).
 #[test]
 fn version_1_fixture_reads_and_is_still_written() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1_table.sst");
@@ -549,13 +550,25 @@ fn version_1_fixture_reads_and_is_still_written() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("today.sst");
-    write_v1_fixture(&path, Compression::None);
+    write_v1_fixture(&path, Compression::None, Arc::new(SecondBloomFormat));
     assert_eq!(
         std::fs::read(&path).unwrap(),
         std::fs::read(&fixture).unwrap()
     );
+    // Today's filter (format 0x07) changes the filter block only.
+    write_v1_fixture(&path, Compression::None, Arc::new(BloomPolicy::new(10.0)));
+    let t = Table::open(&path, 7, &policy, Arc::default()).unwrap();
+    assert_eq!(t.format_version(), FORMAT_VERSION_1);
+    assert_ne!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&fixture).unwrap()
+    );
+    for (k, seq, kind, v) in &expected {
+        let got = t.get(k, key_hash(k), MAX_SEQUENCE).unwrap().unwrap();
+        assert_eq!((got.seq, got.kind, &got.value), (*seq, *kind, v));
+    }
     // The same entries with LZ4: version 2, same answers.
-    write_v1_fixture(&path, Compression::Lz4);
+    write_v1_fixture(&path, Compression::Lz4, Arc::new(BloomPolicy::new(10.0)));
     let t = Table::open(&path, 7, &policy, Arc::default()).unwrap();
     assert_eq!(t.format_version(), FORMAT_VERSION_2);
     for (k, seq, kind, v) in &expected {
@@ -578,13 +591,33 @@ fn v1_fixture_entries() -> Vec<(Vec<u8>, u64, ValueKind, Vec<u8>)> {
         .collect()
 }
 
+/// `BloomPolicy::new(10.0)` as it was when the fixture was written: the
+/// same name, building Bloom format 0x04 (`bloom::build_v2`).
+struct SecondBloomFormat;
+
+impl FilterPolicy for SecondBloomFormat {
+    fn name(&self) -> &str {
+        BloomPolicy::NAME
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        sievedb::filter::bloom::build_v2(key_hashes, 10.0)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        sievedb::filter::may_contain(filter, key_hash)
+    }
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(10.0)
+    }
+}
+
 /// How the fixture was written (by the code before compression, with
-/// `..Default::default()` for the rest of the options).
-fn write_v1_fixture(path: &Path, compression: Compression) {
+/// `..Default::default()` for the rest of the options, and the filter
+/// policy `SecondBloomFormat`).
+fn write_v1_fixture(path: &Path, compression: Compression, filter_policy: Arc<dyn FilterPolicy>) {
     let opts = TableOptions {
         block_bytes: 256,
         restart_interval: 4,
-        filter_policy: Arc::new(BloomPolicy::new(10.0)),
+        filter_policy,
         compression,
         ..Default::default()
     };

@@ -12,7 +12,8 @@ use sievedb::filter::bloom::build_v1;
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
 use sievedb::filter::{
     key_hash, BloomPolicy, Filter, FilterPolicy, NoFilter, RibbonPolicy, Unfiltered,
-    BATCH_PREFETCH_DISTANCE, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON, FORMAT_RIBBON_V3,
+    BATCH_PREFETCH_DISTANCE, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_BLOOM_V2, FORMAT_RIBBON,
+    FORMAT_RIBBON_V3,
 };
 use sievedb::Error;
 
@@ -131,6 +132,7 @@ fn batch_answers_equal_single_answers_for_undecodable_bytes() {
     let input = mixed(&present, &hashes(4, 500));
     for last in [
         FORMAT_BLOOM,
+        FORMAT_BLOOM_V2,
         FORMAT_BLOOM_V1,
         FORMAT_RIBBON,
         FORMAT_RIBBON_V3,

@@ -3,11 +3,12 @@
 
 use proptest::prelude::*;
 use sievedb::filter::bloom::{
-    blocked_bloom_fp_rate, blocked_bloom_fp_rate_with_replacement, build_v1,
+    blocked_bloom_fp_rate, blocked_bloom_fp_rate_with_replacement, build_v1, build_v2,
     probes_for_bits_per_key, BloomLayout, LINE_BYTES, MAX_BITS_PER_KEY, TRAILER_BYTES,
 };
 use sievedb::filter::{
     key_hash, may_contain, BloomPolicy, Filter, FilterPolicy, FORMAT_BLOOM, FORMAT_BLOOM_V1,
+    FORMAT_BLOOM_V2,
 };
 use sievedb::Error;
 
@@ -122,7 +123,7 @@ fn size_and_trailer_follow_the_documented_layout() {
         assert_eq!(u32::from_le_bytes([t[0], t[1], t[2], t[3]]) as usize, lines);
         assert_eq!(t[4] as u32, probes_for_bits_per_key(bits_per_key));
         assert_eq!(t[5], FORMAT_BLOOM);
-        assert_eq!(FORMAT_BLOOM, 0x04);
+        assert_eq!(FORMAT_BLOOM, 0x07);
     }
 }
 
@@ -177,6 +178,36 @@ fn first_format_filters_are_still_read_exactly() {
         .count() as f64;
     let real_bits_per_key = layout.num_lines() as f64 * 512.0 / N as f64;
     let theory = blocked_bloom_fp_rate_with_replacement(real_bits_per_key, layout.probes());
+    let sigma = (N as f64 * theory * (1.0 - theory)).sqrt();
+    assert!(
+        (false_positives - theory * N as f64).abs() <= 5.0 * sigma,
+        "{false_positives} false positives, theory {:.0} +- {sigma:.0}",
+        theory * N as f64
+    );
+}
+
+/// Filters in the second format (the first distinct chain values, format
+/// id 0x04), as databases written before the shape format hold them, are
+/// still read exactly, at the distinct-probe rate.
+#[test]
+fn second_format_filters_are_still_read_exactly() {
+    const N: u64 = 1_000_000;
+    let present = hashes(13, N);
+    let bytes = build_v2(&present, 10.0);
+    assert_eq!(bytes.last(), Some(&FORMAT_BLOOM_V2));
+    let layout = BloomLayout::parse(&bytes).unwrap();
+    assert!(layout.distinct_probes());
+    assert_eq!(layout.format(), FORMAT_BLOOM_V2);
+    let filter = Filter::decode(bytes.clone());
+    assert_eq!(filter.format_name(), "bloom");
+    assert!(present.iter().all(|&h| filter.may_contain(h)));
+    assert!(present.iter().take(10_000).all(|&h| may_contain(&bytes, h)));
+    let false_positives = hashes(14, N)
+        .into_iter()
+        .filter(|&h| filter.may_contain(h))
+        .count() as f64;
+    let real_bits_per_key = layout.num_lines() as f64 * 512.0 / N as f64;
+    let theory = blocked_bloom_fp_rate(real_bits_per_key, layout.probes());
     let sigma = (N as f64 * theory * (1.0 - theory)).sqrt();
     assert!(
         (false_positives - theory * N as f64).abs() <= 5.0 * sigma,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sievedb::filter::bloom::TRAILER_BYTES;
 use sievedb::filter::{
     key_hash, may_contain, undecodable_filters, BloomPolicy, Filter, FilterPolicy, NoFilter,
-    RibbonPolicy, Unfiltered, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_RIBBON,
+    RibbonPolicy, Unfiltered, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_BLOOM_V2, FORMAT_RIBBON,
 };
 
 /// Every built-in policy under test. Adding a policy is one line here.
@@ -151,10 +151,14 @@ fn damaged_trailer_or_unknown_format_may_contain_everything_and_is_counted() {
         cases.push((format!("probes {probes}"), b));
     }
     for id in 0..=u8::MAX {
-        // The two Bloom ids share one layout and trailer, so flipping one
-        // into the other leaves a well-formed filter (with other probes: the
+        // The three Bloom ids share one layout and trailer, so flipping one
+        // into another leaves a well-formed filter (with other probes: the
         // block checksum, not the decoder, catches such damage on disk).
-        if id == FORMAT_BLOOM || id == FORMAT_BLOOM_V1 || id == FORMAT_RIBBON {
+        if id == FORMAT_BLOOM
+            || id == FORMAT_BLOOM_V2
+            || id == FORMAT_BLOOM_V1
+            || id == FORMAT_RIBBON
+        {
             continue;
         }
         let mut b = good.clone();

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! +------------------------------+----------------+-----------+-----------+
-//! | num_lines x 64-byte lines    | num_lines: u32 | probes: u8| 0x04 (id) |
+//! | num_lines x 64-byte lines    | num_lines: u32 | probes: u8| 0x07 (id) |
 //! +------------------------------+----------------+-----------+-----------+
 //!                                  little endian     1..=30     FORMAT_BLOOM
 //! ```
@@ -13,9 +13,9 @@
 //! non-empty key set and 0 for an empty one (which rejects every key). Bit `b`
 //! of a line is bit `b % 8` of byte `b / 8`; equivalently bit `b % 64` of the
 //! little-endian 64-bit word `b / 64`, which is how the code reads and
-//! writes it. The first format, id `0x01` ([`FORMAT_BLOOM_V1`]), has the same
-//! layout and trailer and differs only in how probes are drawn (below); it
-//! is still read, never written.
+//! writes it. The earlier formats, ids `0x04` ([`FORMAT_BLOOM_V2`]) and `0x01`
+//! ([`FORMAT_BLOOM_V1`]), have the same layout and trailer and differ only in
+//! how probes are drawn (below); they are still read, never written.
 //!
 //! # Probing
 //!
@@ -24,39 +24,70 @@
 //!
 //! * the low 32 bits choose the line: `line = (lo32 * num_lines) >> 32`
 //!   (fastrange, no modulo);
-//! * the high 32 bits seed a multiply chain: chain value `i` is the top 9
-//!   bits of `s x 0x9e3779b9^i` (mod 2^32), a bit position in the line.
-//!   Multiplying by an odd constant is a bijection on 32-bit words that
-//!   moves low bits up, so successive values are nearly independent without
-//!   a second hash; precomputed powers let all of them be computed at once.
-//! * **Format 0x04:** `s = hi32 | 1`, and the probes are the first `probes`
-//!   *distinct* chain values (repeats are skipped: sampling without
-//!   replacement). **Format 0x01:** `s = hi32`, and the probes are the first
-//!   `probes` chain values, repeats included, so about 3% of keys (at 6
-//!   probes) test only 5 distinct bits, which raises the false-positive rate
-//!   from 0.955% to 0.966% at 10 bits/key.
+//! * the high 32 bits, `s = hi32 | 1` (odd), place the probes by
+//!   multiplication: a probe is the top 9 bits of `s x c` (mod 2^32) for a
+//!   multiplier `c`, a bit position in the line. Multiplying by an odd
+//!   number is a bijection on 32-bit words that moves low bits up, so the
+//!   positions behave as independent without a second hash, and all of a
+//!   key's probes are independent multiplications, computed at once in
+//!   vector lanes.
+//!
+//! **Format 0x07** (what [`BloomPolicy`] builds): the probes are distinct
+//! *by construction*. Bits 5..11 of the hash, `t = (h >> 5) & 63`, pick one
+//! of 64 fixed random *shapes*, and probe `i` uses the multiplier
+//! `c[t][i] = e[t][i] x 2^23 + L[t]`: the shape's 32 top-9-bit values
+//! `e[t][i]` are distinct, and its low 23 bits `L[t]` are shared. Then
+//! `s x c[t][i] = s x L[t] + (s x e[t][i]) x 2^23`, so probe `i` is
+//! `A + s x e[t][i] mod 512` with `A` the top 9 bits of `s x L[t]`: an
+//! affine map of distinct values, one-to-one because `s` is odd. A key's
+//! probes never repeat, so no query looks for repeats. The shapes matter:
+//! with one shape the probe sets of all keys are affine images of one set,
+//! only 2^17 of them, whose shared structure measured 1.107% false
+//! positives at 10 bits/key; with 64 random shapes the rate is that of
+//! uniformly random distinct probes (0.954% measured, 0.955% theory;
+//! `examples/bloom_probe_schemes.rs`, docs/filters.md). The shapes are
+//! generated at compile time from a fixed SplitMix64 seed
+//! (`shape_multipliers` below) and are part of the format. (Bits 5..11 take
+//! part in choosing the line only in filters of more than 2^21 lines, 128
+//! MiB.)
+//!
+//! The earlier formats draw probes from a multiply chain: chain value `i`
+//! is the top 9 bits of `s x 0x9e3779b9^i`. **Format 0x04** takes the
+//! first `probes` *distinct* chain values (repeats skipped, sampling
+//! without replacement), so a query had to find the repeats of each key
+//! whose first probe bits were all set, and **format 0x01** takes the first
+//! `probes` chain values with `s = hi32`, repeats included, so about 3% of
+//! keys (at 6 probes) test only 5 distinct bits (0.966% false positives at
+//! 10 bits/key instead of 0.955%).
 //!
 //! The portable query tests every probe and ANDs the results (no early
 //! exit). With AVX-512 (F, CD, VL, with POPCNT and BMI2) or AVX2, detected
-//! at run time once per decoded filter, the chain values are computed and
-//! tested in vector lanes, one step. Both vector paths first test the first
+//! at run time once per decoded filter, the probes are computed and tested
+//! in vector lanes, one step. Format 0x07 needs one multiply by the shape's
+//! multipliers (a 32-byte load from a 2 KiB table), two shifts, one permute
+//! of the line, one rotate and one test, without a branch, for up to 8
+//! probes with AVX-512 and AVX2 (the AVX2 path fetches the words with two
+//! permutes and a blend) and up to 16 with AVX-512; more take the scalar
+//! code. For the earlier formats both vector paths first test the first
 //! `probes` chain values, which are all probes whatever the repeats, and
-//! answer "absent" at the first clear bit among them (nearly every absent
-//! key). Only a key whose bits are all set looks for repeats: the AVX-512
-//! path takes 16 chain values, finds repeats with the conflict instruction
-//! and picks the first `probes` distinct lanes with `pdep`, without a branch
-//! (it falls back to the scalar code above 16 probes, from 34 bits/key, or
-//! when 16 values hold fewer than `probes` distinct ones, which no odd state
-//! does below 11 probes); the AVX2 path takes 8, compares the lanes with
-//! rotated copies of themselves and falls back to the scalar code for keys
-//! whose first probe bits are all set and repeat (~3% of present keys at 6
-//! probes) and for more than 8 probes (over 14 bits/key).
-//! Every path gives the same answers (unit-tested against a byte-level
-//! reference for every probe count).
+//! answer "absent" at the first clear bit among them. Only a format-0x04
+//! key whose bits are all set looks for repeats: the AVX-512 path takes 16
+//! chain values, finds repeats with the conflict instruction and picks the
+//! first `probes` distinct lanes with `pdep`, without a branch (it falls
+//! back to the scalar code above 16 probes, from 34 bits/key, or when 16
+//! values hold fewer than `probes` distinct ones, which no odd state does
+//! below 11 probes); the AVX2 path takes 8, compares the lanes with rotated
+//! copies of themselves and falls back to the scalar code for keys whose
+//! first probe bits are all set and repeat (~3% of present keys at 6
+//! probes) and for more than 8 probes (over 14 bits/key). Every path gives
+//! the same answers (unit-tested against a byte-level reference for every
+//! probe count and format).
 //!
 //! A decoded [`Filter`](super::Filter) calls the query through one function
 //! pointer chosen at decode for its scheme, probe count and CPU, and reads
-//! its line without a bounds check (the decode checked the size once).
+//! its line without a bounds check (the decode checked the size once); the
+//! most common query, format 0x07 with at most 8 probes on AVX-512, is
+//! called directly instead (measured faster than the indirect call).
 //!
 //! # Probe count
 //!
@@ -77,14 +108,17 @@
 //! key covers `x` of the `u` still clear ones with the hypergeometric
 //! probability `C(u, x) C(512 - u, k - x) / C(512, k)`) gives the exact rate,
 //! [`blocked_bloom_fp_rate`]: 0.955% at 10 bits/key and 6 probes, against
-//! 0.819% for a standard Bloom filter with 7 probes. For the first format,
+//! 0.819% for a standard Bloom filter with 7 probes. It holds for formats
+//! 0x07 and 0x04 (measured within sampling error). For the first format,
 //! whose probes may repeat, [`blocked_bloom_fp_rate_with_replacement`] does
 //! the same over single probes (0.966% at 10 bits/key). The textbook
 //! shortcut `(1 - (1 - 1/512)^(j k))^k` raises the *expected* fill to the
 //! k-th power and comes out about 1% low at 10 bits/key (Jensen: the fill
 //! varies from line to line *and* within a line).
 
-use super::{fastrange32, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_BLOOM, FORMAT_BLOOM_V1};
+use super::{
+    fastrange32, FilterPolicy, BUILTIN_NAME_PREFIX, FORMAT_BLOOM, FORMAT_BLOOM_V1, FORMAT_BLOOM_V2,
+};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -123,6 +157,105 @@ const CHAIN_POWERS: [u32; CHAIN_LIMIT] = {
     }
     powers
 };
+
+/// Number of shapes of format 0x07 (see the module documentation).
+const SHAPES: usize = 64;
+/// Values per shape: at least [`MAX_PROBES`].
+const SHAPE_VALUES: usize = 32;
+/// Seed of the SplitMix64 stream the shapes are drawn from. Part of format
+/// 0x07: other shapes would place other probes.
+const SHAPE_SEED: u64 = 0x5eed_b100_f11e_7e5d;
+
+/// One step of SplitMix64: the next state and its output.
+const fn splitmix64(state: u64) -> (u64, u64) {
+    let state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (state, z ^ (z >> 31))
+}
+
+/// The multipliers of format 0x07: `[t][i]` is probe `i`'s multiplier in
+/// shape `t`, `e x 2^23 + L`. From the SplitMix64 stream seeded with
+/// [`SHAPE_SEED`], each shape takes one output for `L` (its low 23 bits,
+/// forced odd), then outputs whose top 9 bits become the values `e`, an
+/// output whose value the shape already holds being skipped, until it has
+/// [`SHAPE_VALUES`] distinct values.
+const fn shape_multipliers() -> [[u32; SHAPE_VALUES]; SHAPES] {
+    let mut out = [[0u32; SHAPE_VALUES]; SHAPES];
+    let mut state = SHAPE_SEED;
+    let mut t = 0;
+    while t < SHAPES {
+        let (next, r) = splitmix64(state);
+        state = next;
+        let low = (r as u32 & 0x7f_ffff) | 1;
+        let mut seen = [0u64; 8];
+        let mut i = 0;
+        while i < SHAPE_VALUES {
+            let (next, r) = splitmix64(state);
+            state = next;
+            let value = (r >> 55) as u32;
+            let (word, bit) = ((value >> 6) as usize, 1u64 << (value & 63));
+            if seen[word] & bit == 0 {
+                seen[word] |= bit;
+                out[t][i] = value << 23 | low;
+                i += 1;
+            }
+        }
+        t += 1;
+    }
+    out
+}
+
+/// Every shape, all [`SHAPE_VALUES`] multipliers: the build and the scalar
+/// query read these.
+const SHAPE_MULTIPLIERS: [[u32; SHAPE_VALUES]; SHAPES] = shape_multipliers();
+
+/// The first `N` multipliers of every shape, 64-byte aligned so that one
+/// vector load reads a shape's entry: `N = 8` is 2 KiB (32 cache lines),
+/// what queries of up to 8 probes touch.
+#[repr(C, align(64))]
+struct ShapeLanes<const N: usize>([[u32; N]; SHAPES]);
+
+impl<const N: usize> ShapeLanes<N> {
+    const fn first_lanes() -> ShapeLanes<N> {
+        let mut out = [[0u32; N]; SHAPES];
+        let mut t = 0;
+        while t < SHAPES {
+            let mut i = 0;
+            while i < N {
+                out[t][i] = SHAPE_MULTIPLIERS[t][i];
+                i += 1;
+            }
+            t += 1;
+        }
+        ShapeLanes(out)
+    }
+}
+
+/// Lanes 0..8 of every shape, for the 8-lane vector queries.
+#[cfg(target_arch = "x86_64")]
+static SHAPES_8: ShapeLanes<8> = ShapeLanes::first_lanes();
+/// Lanes 0..16 of every shape, for the AVX-512 query of 9 to 16 probes.
+#[cfg(target_arch = "x86_64")]
+static SHAPES_16: ShapeLanes<16> = ShapeLanes::first_lanes();
+
+/// The byte offset of a key's shape in [`SHAPES_8`] (32-byte entries):
+/// `t x 32` with `t = (h >> 5) & 63`, which is `h & 0x7e0`.
+const SHAPE_OFFSET_MASK_8: usize = (SHAPES - 1) << 5;
+
+/// The shape of format 0x07 that `key_hash` uses.
+#[inline(always)]
+fn shape_index(key_hash: u64) -> usize {
+    (key_hash as usize >> 5) & (SHAPES - 1)
+}
+
+/// Probe `i` of `key_hash` in format 0x07: a bit position in the line.
+#[inline(always)]
+fn shape_probe(key_hash: u64, i: usize) -> u32 {
+    let state = (key_hash >> 32) as u32 | 1;
+    state.wrapping_mul(SHAPE_MULTIPLIERS[shape_index(key_hash)][i % SHAPE_VALUES]) >> 23
+}
 
 /// The mean number of keys per line at `bits_per_key`, for the
 /// false-positive theory; `None` when the rate is simply 1: no probes, a
@@ -285,6 +418,15 @@ pub fn blocked_bloom_fp_rate_with_replacement(bits_per_key: f64, probes: u32) ->
     total.clamp(0.0, 1.0)
 }
 
+/// Eight 32-bit lanes, 32-byte aligned: one vector load that never spans
+/// two cache lines. Unaligned, the lanes of a layout inside a `Filter` on
+/// the stack spanned two lines in some runs and not in others (the stack's
+/// place varies from run to run), which made one binary's query time
+/// bimodal: 1.2 or 1.7 ns at 10,000 keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(32))]
+struct EightLanes([u32; 8]);
+
 /// Parameters of a blocked Bloom filter read from its trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BloomLayout {
@@ -303,11 +445,11 @@ pub struct BloomLayout {
     /// 8 probes up), 0 in the rest: the vector paths shift (AVX2) or rotate
     /// (AVX-512) these into probe masks, so absent probes test nothing. Precomputed so a query does
     /// no lane arithmetic.
-    first_lane_ones: [u32; 8],
+    first_lane_ones: EightLanes,
     /// 0 in the probe lanes, a distinct value above 511 in the others: ORed
     /// into the lanes' bit positions before the AVX2 repeat check, so
     /// lanes past the last probe never match anything.
-    repeat_sentinels: [u32; 8],
+    repeat_sentinels: EightLanes,
     /// The low `probes` bits set (at most 16): the AVX-512 path's probe
     /// lanes, or the pattern it deposits into the lanes of first occurrences.
     probe_lanes: u32,
@@ -318,7 +460,8 @@ impl BloomLayout {
     /// consistent blocked Bloom filter.
     pub fn parse(bytes: &[u8]) -> Option<BloomLayout> {
         let scheme = match bytes.last() {
-            Some(&FORMAT_BLOOM) => ProbeScheme::Distinct,
+            Some(&FORMAT_BLOOM) => ProbeScheme::Shapes,
+            Some(&FORMAT_BLOOM_V2) => ProbeScheme::Distinct,
             Some(&FORMAT_BLOOM_V1) => ProbeScheme::WithReplacement,
             _ => return None,
         };
@@ -341,14 +484,16 @@ impl BloomLayout {
             scheme,
             path: QueryPath::Portable,
             query: Query::RejectAll,
-            first_lane_ones: std::array::from_fn(|lane| u32::from((lane as u32) < probes)),
-            repeat_sentinels: std::array::from_fn(|lane| {
+            first_lane_ones: EightLanes(std::array::from_fn(|lane| {
+                u32::from((lane as u32) < probes)
+            })),
+            repeat_sentinels: EightLanes(std::array::from_fn(|lane| {
                 if (lane as u32) < probes {
                     0
                 } else {
                     (lane as u32 + 1) << 12
                 }
-            }),
+            })),
             probe_lanes: ((1u64 << probes.min(16)) - 1) as u32,
         };
         Some(layout.with_path(QueryPath::detect()))
@@ -360,17 +505,17 @@ impl BloomLayout {
         BloomLayout {
             num_lines: 0,
             probes: 1,
-            scheme: ProbeScheme::Distinct,
+            scheme: ProbeScheme::Shapes,
             path: QueryPath::Portable,
             query: Query::RejectAll,
-            first_lane_ones: [1, 0, 0, 0, 0, 0, 0, 0],
-            repeat_sentinels: std::array::from_fn(|lane| {
+            first_lane_ones: EightLanes([1, 0, 0, 0, 0, 0, 0, 0]),
+            repeat_sentinels: EightLanes(std::array::from_fn(|lane| {
                 if lane == 0 {
                     0
                 } else {
                     (lane as u32 + 1) << 12
                 }
-            }),
+            })),
             probe_lanes: 1,
         }
     }
@@ -419,10 +564,34 @@ impl BloomLayout {
         Some(fastrange32(key_hash as u32, self.num_lines) as usize)
     }
 
-    /// Whether a key's probes are distinct bits (format [`FORMAT_BLOOM`]) or
-    /// were drawn with replacement (the first format, [`FORMAT_BLOOM_V1`]).
+    /// Whether a key's probes are distinct bits (formats [`FORMAT_BLOOM`]
+    /// and [`FORMAT_BLOOM_V2`]) or were drawn with replacement (the first
+    /// format, [`FORMAT_BLOOM_V1`]).
     pub fn distinct_probes(&self) -> bool {
-        self.scheme == ProbeScheme::Distinct
+        self.scheme != ProbeScheme::WithReplacement
+    }
+
+    /// The format id these bytes carry.
+    pub fn format(&self) -> u8 {
+        match self.scheme {
+            ProbeScheme::Shapes => FORMAT_BLOOM,
+            ProbeScheme::Distinct => FORMAT_BLOOM_V2,
+            ProbeScheme::WithReplacement => FORMAT_BLOOM_V1,
+        }
+    }
+
+    /// Whether [`Filter`](super::Filter) may call [`shapes8_avx512`]
+    /// directly for this layout: the query its layout chose is that one.
+    #[inline(always)]
+    pub(crate) fn queries_shapes8_avx512(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.query == Query::Avx512Shapes8
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
     }
 
     /// Queries `bytes` (already validated by [`parse`](Self::parse)).
@@ -461,19 +630,18 @@ impl BloomLayout {
             Ok(block) => block,
             Err(answer) => return answer,
         };
-        let state = (key_hash >> 32) as u32;
-        match self.scheme {
-            ProbeScheme::Distinct => line_has_distinct(block, state, self.probes),
-            ProbeScheme::WithReplacement => line_has_all(block, state, self.probes),
-        }
+        line_has_probes(block, key_hash, self)
     }
 }
 
 /// How the probes of a key are drawn inside its line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProbeScheme {
-    /// Format [`FORMAT_BLOOM`]: the first `probes` *distinct* values of the
-    /// multiply chain (see [`visit_distinct_probes`]).
+    /// Format [`FORMAT_BLOOM`]: affine images of one of the 64 shapes,
+    /// distinct by construction (see [`shape_probe`]).
+    Shapes,
+    /// Format [`FORMAT_BLOOM_V2`]: the first `probes` *distinct* values of
+    /// the multiply chain (see [`visit_distinct_probes`]).
     Distinct,
     /// Format [`FORMAT_BLOOM_V1`]: the first `probes` values of the chain,
     /// repeats included.
@@ -498,7 +666,7 @@ const CHAIN_LIMIT: usize = 64;
 /// positive, never a false negative.)
 const MIN_DISTINCT_IN_16: u32 = 10;
 
-/// Calls `visit(bit)` for each probe bit of a key in a [`FORMAT_BLOOM`]
+/// Calls `visit(bit)` for each probe bit of a key in a [`FORMAT_BLOOM_V2`]
 /// filter (a bit may be visited twice; visiting is idempotent for setting
 /// and testing bits).
 ///
@@ -582,7 +750,7 @@ fn visit_distinct_probes<const PAIRWISE: bool>(
     }
 }
 
-/// The probe bits of a key in a [`FORMAT_BLOOM`] filter as a 512-bit mask
+/// The probe bits of a key in a [`FORMAT_BLOOM_V2`] filter as a 512-bit mask
 /// (word `b / 64` holds bit `b % 64`).
 #[cfg(test)]
 fn distinct_probe_mask(state: u32, probes: u32) -> [u64; 8] {
@@ -600,6 +768,18 @@ fn line_has_distinct(block: &[u8; LINE_BYTES], state: u32, probes: u32) -> bool 
     visit_distinct_probes::<false>(state, probes, |bit| {
         all_set &= line_word(block, bit >> 6) >> (bit & 63);
     });
+    all_set & 1 == 1
+}
+
+/// Whether every format-0x07 probe of `key_hash` finds its bit set in
+/// `block` (no early exit, like [`line_has_all`]).
+#[inline]
+fn line_has_shapes(block: &[u8; LINE_BYTES], key_hash: u64, probes: u32) -> bool {
+    let mut all_set = 1u64;
+    for i in 0..probes as usize {
+        let bit = shape_probe(key_hash, i);
+        all_set &= line_word(block, bit >> 6) >> (bit & 63);
+    }
     all_set & 1 == 1
 }
 
@@ -700,15 +880,18 @@ const PROBE_POWERS_0_8: [u32; 8] = {
     p
 };
 
-/// The scalar answer for a line, by scheme: what the vector paths fall back
-/// to, with distinct probes, when their chain values do not settle the
-/// probe set (AVX2: a repeat among a key's first probes; AVX-512: sixteen
-/// values with fewer than `probes` distinct ones, 11 probes and up). Out of
-/// line: rare. Filters with more probes than a vector step holds take
+/// The scalar answer for a line, by scheme: the portable query, and what
+/// the vector paths fall back to, with format 0x04's distinct probes, when
+/// their chain values do not settle the probe set (AVX2: a repeat among a
+/// key's first probes; AVX-512: sixteen values with fewer than `probes`
+/// distinct ones, 11 probes and up). Out of line: rare on the vector paths.
+/// Filters with more probes than a vector step holds take
 /// `scalar::may_contain` instead.
 #[inline(never)]
-fn line_has_probes(block: &[u8; LINE_BYTES], state: u32, layout: &BloomLayout) -> bool {
+fn line_has_probes(block: &[u8; LINE_BYTES], key_hash: u64, layout: &BloomLayout) -> bool {
+    let state = (key_hash >> 32) as u32;
     match layout.scheme {
+        ProbeScheme::Shapes => line_has_shapes(block, key_hash, layout.probes),
         ProbeScheme::Distinct => line_has_distinct(block, state, layout.probes),
         ProbeScheme::WithReplacement => line_has_all(block, state, layout.probes),
     }
@@ -740,7 +923,17 @@ enum Query {
     RejectAll,
     /// `scalar::may_contain`: any CPU, scheme and probe count.
     Scalar,
-    /// `avx2::may_contain::<true>`: distinct probes, at most 8.
+    /// `avx2::may_contain_shapes`: format 0x07, at most 8 probes.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Shapes,
+    /// `avx512::may_contain_shapes::<true>`: format 0x07, at most 8 probes.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Shapes8,
+    /// `avx512::may_contain_shapes::<false>`: format 0x07, at most 16
+    /// probes.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Shapes16,
+    /// `avx2::may_contain::<true>`: format 0x04's distinct probes, at most 8.
     #[cfg(target_arch = "x86_64")]
     Avx2Distinct,
     /// `avx2::may_contain::<false>`: the first format, at most 8 probes.
@@ -808,6 +1001,12 @@ impl Query {
             Query::RejectAll => reject_all::<F>,
             Query::Scalar => scalar::may_contain::<F>,
             #[cfg(target_arch = "x86_64")]
+            Query::Avx2Shapes => avx2::may_contain_shapes::<F>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512Shapes8 => avx512::may_contain_shapes::<F, true>,
+            #[cfg(target_arch = "x86_64")]
+            Query::Avx512Shapes16 => avx512::may_contain_shapes::<F, false>,
+            #[cfg(target_arch = "x86_64")]
             Query::Avx2Distinct => avx2::may_contain::<F, true>,
             #[cfg(target_arch = "x86_64")]
             Query::Avx2WithReplacement => avx2::may_contain::<F, false>,
@@ -829,7 +1028,15 @@ impl Query {
             return Query::RejectAll;
         }
         let distinct = scheme == ProbeScheme::Distinct;
+        let shapes = scheme == ProbeScheme::Shapes;
         match path {
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= 8 && shapes => Query::Avx512Shapes8,
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx512 if probes <= 16 && shapes => Query::Avx512Shapes16,
+            #[cfg(target_arch = "x86_64")]
+            QueryPath::Avx2 if probes <= 8 && shapes => Query::Avx2Shapes,
+            _ if shapes => Query::Scalar,
             #[cfg(target_arch = "x86_64")]
             QueryPath::Avx512 if probes <= 8 && distinct => Query::Avx512Distinct8,
             #[cfg(target_arch = "x86_64")]
@@ -847,6 +1054,23 @@ impl Query {
             _ => Query::Scalar,
         }
     }
+}
+
+/// Runs the query [`BloomLayout::queries_shapes8_avx512`] names on a decoded
+/// filter: a direct call, which [`Filter::may_contain`](super::Filter::may_contain)
+/// makes instead of calling through its function pointer (the indirect call
+/// measured up to 0.4 ns slower per query, docs/filters.md).
+///
+/// # Safety
+///
+/// `filter`'s layout must query with this function
+/// (`queries_shapes8_avx512`), which also says the CPU runs it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn shapes8_avx512(filter: &super::Filter, key_hash: u64) -> bool {
+    // SAFETY: the caller's: this is the filter's own query function, and
+    // `Filter`'s `BloomLines` contract holds.
+    unsafe { avx512::filter_shapes8(filter, key_hash) }
 }
 
 /// The query of a filter built from no keys: nothing is in it.
@@ -874,7 +1098,10 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
 
 /// The scalar query; see [`Query::Scalar`].
 mod scalar {
-    use super::{line_has_all, line_has_distinct, line_ptr, BloomLines, ProbeScheme, LINE_BYTES};
+    use super::{
+        line_has_all, line_has_distinct, line_has_shapes, line_ptr, BloomLines, ProbeScheme,
+        LINE_BYTES,
+    };
 
     /// Same answer as `BloomLayout::may_contain_portable`.
     ///
@@ -893,6 +1120,7 @@ mod scalar {
         // call less (up to 1.17x faster in one noisy A/B run).
         let state = (key_hash >> 32) as u32;
         match layout.scheme {
+            ProbeScheme::Shapes => line_has_shapes(block, key_hash, layout.probes),
             ProbeScheme::Distinct => line_has_distinct(block, state, layout.probes),
             ProbeScheme::WithReplacement => line_has_all(block, state, layout.probes),
         }
@@ -902,8 +1130,95 @@ mod scalar {
 /// The AVX-512 queries; see [`QueryPath::Avx512`].
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES};
+    use super::{
+        line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES, SHAPES_16,
+        SHAPES_8, SHAPE_OFFSET_MASK_8,
+    };
     use std::arch::x86_64::*;
+
+    /// `may_contain_shapes::<Filter, true>` as a function of this crate,
+    /// not generic: compiled here once, where it reaches the shape table
+    /// directly, rather than in each crate that inlines
+    /// [`Filter::may_contain`](crate::filter::Filter::may_contain), which
+    /// reached the table through the global offset table (one more load
+    /// per query).
+    ///
+    /// # Safety
+    ///
+    /// As for `may_contain_shapes`.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    #[inline(never)]
+    pub(super) unsafe fn filter_shapes8(filter: &crate::filter::Filter, key_hash: u64) -> bool {
+        // SAFETY: the caller's.
+        unsafe { may_contain_shapes::<crate::filter::Filter, true>(filter, key_hash) }
+    }
+
+    /// Same answer as `BloomLayout::may_contain_portable` for format 0x07
+    /// ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)): at most 8 probes with
+    /// `NARROW`, else at most 16.
+    ///
+    /// The probes are distinct by construction, so the whole query is one
+    /// step with no branch: the key's shape entry times its state gives
+    /// each probe's bit position in the top 9 bits of a lane; the top 4
+    /// pick the line's 32-bit word (one permute of the line held in one
+    /// register), and a rotate of 1 by the position (taken modulo 32) the
+    /// bit in it. With `NARROW` the multiply runs on eight lanes and the
+    /// test is one `vptest` of the first eight against the probe bits of
+    /// the first `probes` (`first_lane_ones`); otherwise sixteen lanes and a
+    /// masked test of the first `probes`.
+    ///
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1, `probes` at most 8 with `NARROW` and
+    /// at most 16 otherwise, and the CPU must support AVX-512 F and VL.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn may_contain_shapes<F: BloomLines, const NARROW: bool>(
+        filter: &F,
+        key_hash: u64,
+    ) -> bool {
+        let layout = filter.layout();
+        let state = _mm256_set1_epi32(((key_hash >> 32) as u32 | 1) as i32);
+        // The shape's entry: `t x 32` bytes into `SHAPES_8` (see
+        // `SHAPE_OFFSET_MASK_8`), `t x 64` into `SHAPES_16`.
+        let offset = key_hash as usize & SHAPE_OFFSET_MASK_8;
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+        // SAFETY: `line` is one of the lines, 64 readable bytes (an
+        // unaligned load: `F` does not promise alignment).
+        let words = unsafe { _mm512_loadu_si512(line.cast::<__m512i>()) };
+        if NARROW {
+            // SAFETY: `offset <= 63 x 32`, so the 32 bytes at it are one
+            // entry of `SHAPES_8` (64 entries of 32 bytes, 64-byte
+            // aligned: the load is aligned); `first_lane_ones` is 8 u32.
+            let (shape, ones) = unsafe {
+                (
+                    _mm256_load_si256(SHAPES_8.0.as_ptr().cast::<u8>().add(offset).cast()),
+                    _mm256_loadu_si256(layout.first_lane_ones.0.as_ptr().cast()),
+                )
+            };
+            let x = _mm256_mullo_epi32(state, shape);
+            let bit = _mm256_srli_epi32(x, 23);
+            // The permute's upper eight index lanes are don't-cares: only
+            // the lower eight results are tested.
+            let word = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                _mm512_castsi256_si512(_mm256_srli_epi32(x, 28)),
+                words,
+            ));
+            // Carry set when every probe bit is set in its word.
+            _mm256_testc_si256(word, _mm256_rolv_epi32(ones, bit)) != 0
+        } else {
+            // SAFETY: `2 x offset <= 63 x 64`: one 64-byte entry of
+            // `SHAPES_16` (64-byte aligned).
+            let shape = unsafe {
+                _mm512_load_si512(SHAPES_16.0.as_ptr().cast::<u8>().add(2 * offset).cast())
+            };
+            let x = _mm512_mullo_epi32(_mm512_broadcast_i32x8(state), shape);
+            let bit = _mm512_srli_epi32(x, 23);
+            let word = _mm512_permutexvar_epi32(_mm512_srli_epi32(x, 28), words);
+            let probe = _mm512_rolv_epi32(_mm512_set1_epi32(1), bit);
+            _mm512_mask_testn_epi32_mask(layout.probe_lanes as u16, word, probe) == 0
+        }
+    }
 
     /// The first sixteen chain values of `state` and the line words they
     /// fall in: lane `i` of the first vector is chain value `i`, a bit
@@ -991,7 +1306,7 @@ mod avx512 {
         let (bit, word) = unsafe { chain_words(line, state) };
         if NARROW {
             // SAFETY: `first_lane_ones` is 8 u32: one 32-byte load.
-            let ones = unsafe { _mm256_loadu_si256(layout.first_lane_ones.as_ptr().cast()) };
+            let ones = unsafe { _mm256_loadu_si256(layout.first_lane_ones.0.as_ptr().cast()) };
             // The probe bit of each of the first `probes` lanes, zero in the
             // others (1 rotated by b, modulo 32).
             let probe = _mm256_rolv_epi32(ones, _mm512_castsi512_si256(bit));
@@ -1010,7 +1325,7 @@ mod avx512 {
         let first_seen = u32::from(_mm512_testn_epi32_mask(conflicts, conflicts));
         if COUNT_CHECK && first_seen.count_ones() < layout.probes {
             // SAFETY: `line` is 64 readable bytes.
-            return unsafe { scalar_line(layout, line, state) };
+            return unsafe { scalar_line(layout, line, key_hash) };
         }
         _pdep_u32(layout.probe_lanes, first_seen) & missed == 0
     }
@@ -1023,10 +1338,10 @@ mod avx512 {
     /// `line` must point to 64 readable bytes.
     #[cold]
     #[inline(never)]
-    unsafe fn scalar_line(layout: &BloomLayout, line: *const u8, state: u32) -> bool {
+    unsafe fn scalar_line(layout: &BloomLayout, line: *const u8, key_hash: u64) -> bool {
         // SAFETY: 64 readable bytes (caller); `[u8; 64]` has alignment 1.
         let block = unsafe { &*line.cast::<[u8; LINE_BYTES]>() };
-        line_has_probes(block, state, layout)
+        line_has_probes(block, key_hash, layout)
     }
 
     /// Same answer as `BloomLayout::may_contain_portable` for probes drawn
@@ -1067,8 +1382,80 @@ mod avx512 {
 /// queries; what limits it is how many instructions each one issues).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{line_has_probes, line_ptr, BloomLines, LINE_BYTES, PROBE_POWERS_0_8};
+    use super::{
+        line_has_probes, line_ptr, BloomLines, LINE_BYTES, PROBE_POWERS_0_8, SHAPES_8,
+        SHAPE_OFFSET_MASK_8,
+    };
     use std::arch::x86_64::*;
+
+    /// The probe bits of the eight lanes of `x` that the 64-byte line at
+    /// `line` lacks: lane `i`'s top 9 bits are a bit position `b` in the
+    /// line, and lane `i` of the result is `ones[i] << (b % 32)` with the
+    /// bits word `b / 32` of the line holds cleared. Zero when every probe
+    /// (every lane with a 1 in `ones`) finds its bit.
+    ///
+    /// # Safety
+    ///
+    /// `line` must point to 64 readable bytes; the CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn missing_bits(line: *const u8, x: __m256i, ones: __m256i) -> __m256i {
+        // The line as 16 little-endian 32-bit words: 0..8 in `lo`, 8..16 in
+        // `hi`. Bit b of the line is bit b % 32 of word b / 32.
+        // SAFETY: `line` is 64 readable bytes; both loads are unaligned
+        // loads of 32 bytes inside it.
+        let (lo, hi) = unsafe {
+            (
+                _mm256_loadu_si256(line.cast::<__m256i>()),
+                _mm256_loadu_si256(line.add(32).cast::<__m256i>()),
+            )
+        };
+        // Word b / 32 is x >> 28; the permute reads only its low three bits
+        // (the word within a half) and x's sign bit (b >= 256) picks the
+        // half.
+        let word_index = _mm256_srli_epi32(x, 28);
+        let from_lo = _mm256_permutevar8x32_epi32(lo, word_index);
+        let from_hi = _mm256_permutevar8x32_epi32(hi, word_index);
+        let words = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(from_lo),
+            _mm256_castsi256_ps(from_hi),
+            _mm256_castsi256_ps(x),
+        ));
+        // b % 32 is bits 23..28 of x. One bit per probe lane.
+        let bit_in_word = _mm256_srli_epi32(_mm256_slli_epi32(x, 4), 27);
+        let wanted = _mm256_sllv_epi32(ones, bit_in_word);
+        _mm256_andnot_si256(words, wanted)
+    }
+
+    /// Same answer as `BloomLayout::may_contain_portable` for format 0x07
+    /// ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)), at most 8 probes: one
+    /// multiply of the key's shape entry by its state, then one test, no
+    /// branch (the probes are distinct by construction).
+    ///
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1, `probes` at most 8, and the CPU must
+    /// support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn may_contain_shapes<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+        let layout = filter.layout();
+        let state = (key_hash >> 32) as u32 | 1;
+        let offset = key_hash as usize & SHAPE_OFFSET_MASK_8;
+        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+        // SAFETY: `offset <= 63 x 32`: one 32-byte entry of `SHAPES_8`
+        // (64-byte aligned); `first_lane_ones` is 8 u32.
+        let (shape, ones) = unsafe {
+            (
+                _mm256_load_si256(SHAPES_8.0.as_ptr().cast::<u8>().add(offset).cast()),
+                _mm256_loadu_si256(layout.first_lane_ones.0.as_ptr().cast::<__m256i>()),
+            )
+        };
+        let x = _mm256_mullo_epi32(_mm256_set1_epi32(state as i32), shape);
+        // SAFETY: `line` is 64 readable bytes.
+        let missing = unsafe { missing_bits(line, x, ones) };
+        _mm256_testz_si256(missing, missing) != 0
+    }
 
     /// Same answer as `BloomLayout::may_contain_portable`, for at most 8
     /// probes: distinct ones (`DISTINCT`) or the first format's.
@@ -1091,47 +1478,28 @@ mod avx2 {
         let state = (key_hash >> 32) as u32 | u32::from(DISTINCT);
         // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
         let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
-        // The line as 16 little-endian 32-bit words: 0..8 in `lo`, 8..16 in
-        // `hi`. Bit b of the line is bit b % 32 of word b / 32.
-        // SAFETY: `line` is 64 readable bytes; both loads are unaligned
-        // loads of 32 bytes inside it. `first_lane_ones` and
-        // `PROBE_POWERS_0_8` are 8 u32 each.
-        let (lo, hi, ones, powers) = unsafe {
+        // SAFETY: `first_lane_ones` and `PROBE_POWERS_0_8` are 8 u32 each.
+        let (ones, powers) = unsafe {
             (
-                _mm256_loadu_si256(line.cast::<__m256i>()),
-                _mm256_loadu_si256(line.add(32).cast::<__m256i>()),
-                _mm256_loadu_si256(layout.first_lane_ones.as_ptr().cast::<__m256i>()),
+                _mm256_loadu_si256(layout.first_lane_ones.0.as_ptr().cast::<__m256i>()),
                 _mm256_loadu_si256(PROBE_POWERS_0_8.as_ptr().cast::<__m256i>()),
             )
         };
         // x's top 9 bits are the probe's bit position b in the line.
         let x = _mm256_mullo_epi32(_mm256_set1_epi32(state as i32), powers);
-        // Word b / 32 is x >> 28; the permute reads only its low three bits
-        // (the word within a half) and x's sign bit (b >= 256) picks the
-        // half.
-        let word_index = _mm256_srli_epi32(x, 28);
-        let from_lo = _mm256_permutevar8x32_epi32(lo, word_index);
-        let from_hi = _mm256_permutevar8x32_epi32(hi, word_index);
-        let words = _mm256_castps_si256(_mm256_blendv_ps(
-            _mm256_castsi256_ps(from_lo),
-            _mm256_castsi256_ps(from_hi),
-            _mm256_castsi256_ps(x),
-        ));
-        // b % 32 is bits 23..28 of x. One bit per probe lane.
-        let bit_in_word = _mm256_srli_epi32(_mm256_slli_epi32(x, 4), 27);
-        let wanted = _mm256_sllv_epi32(ones, bit_in_word);
-        let missing = _mm256_andnot_si256(words, wanted);
+        // SAFETY: `line` is 64 readable bytes.
+        let missing = unsafe { missing_bits(line, x, ones) };
         if _mm256_testz_si256(missing, missing) == 0 {
             return false;
         }
         if DISTINCT {
             // SAFETY: `repeat_sentinels` is 8 u32.
             let sentinels =
-                unsafe { _mm256_loadu_si256(layout.repeat_sentinels.as_ptr().cast::<__m256i>()) };
+                unsafe { _mm256_loadu_si256(layout.repeat_sentinels.0.as_ptr().cast::<__m256i>()) };
             if has_repeat(_mm256_or_si256(_mm256_srli_epi32(x, 23), sentinels)) {
                 // SAFETY: 64 readable bytes; `[u8; 64]` has alignment 1.
                 let block = unsafe { &*line.cast::<[u8; LINE_BYTES]>() };
-                return line_has_probes(block, state, layout);
+                return line_has_probes(block, key_hash, layout);
             }
         }
         true
@@ -1205,12 +1573,63 @@ pub(crate) fn build_bloom(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
 }
 
 /// Builds a filter of exactly `lines` lines with `probes` probes per key,
-/// in the current format ([`FORMAT_BLOOM`], distinct probes).
+/// in the current format ([`FORMAT_BLOOM`], probes from shapes).
 fn build_lines(key_hashes: &[u64], lines: u32, probes: u32) -> Vec<u8> {
+    filter_bytes(lines, probes, FORMAT_BLOOM, |bits| {
+        // A constant probe count up to 12 (25 bits/key) lets the compiler
+        // unroll the probe loop.
+        match probes {
+            1 => set_shape_bits(bits, key_hashes, lines, 1),
+            2 => set_shape_bits(bits, key_hashes, lines, 2),
+            3 => set_shape_bits(bits, key_hashes, lines, 3),
+            4 => set_shape_bits(bits, key_hashes, lines, 4),
+            5 => set_shape_bits(bits, key_hashes, lines, 5),
+            6 => set_shape_bits(bits, key_hashes, lines, 6),
+            7 => set_shape_bits(bits, key_hashes, lines, 7),
+            8 => set_shape_bits(bits, key_hashes, lines, 8),
+            9 => set_shape_bits(bits, key_hashes, lines, 9),
+            10 => set_shape_bits(bits, key_hashes, lines, 10),
+            11 => set_shape_bits(bits, key_hashes, lines, 11),
+            12 => set_shape_bits(bits, key_hashes, lines, 12),
+            _ => set_shape_bits(bits, key_hashes, lines, probes),
+        }
+    })
+}
+
+/// Sets the `probes` format-0x07 probe bits of every key in `bits`
+/// (`lines` lines). Always inlined, so that each constant `probes` in
+/// [`build_lines`] gets its own unrolled copy.
+#[inline(always)]
+fn set_shape_bits(bits: &mut [u8], key_hashes: &[u64], lines: u32, probes: u32) {
+    for &h in key_hashes {
+        let line = fastrange32(h as u32, lines) as usize;
+        let Some(block) = line_at_mut(bits, line) else {
+            continue; // unreachable: fastrange32 < lines
+        };
+        for i in 0..probes as usize {
+            set_line_bit(block, shape_probe(h, i));
+        }
+    }
+}
+
+/// Builds a filter in the second format ([`FORMAT_BLOOM_V2`], the first
+/// distinct chain values), which sievedb no longer writes but still reads:
+/// for tests and for measuring the formats side by side.
+#[doc(hidden)]
+pub fn build_v2(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
+    build_lines_v2(
+        key_hashes,
+        lines_for(key_hashes.len(), bits_per_key),
+        probes_for_bits_per_key(bits_per_key),
+    )
+}
+
+/// [`build_v2`] with exactly `lines` lines and `probes` probes.
+fn build_lines_v2(key_hashes: &[u64], lines: u32, probes: u32) -> Vec<u8> {
     // An AVX-512 build (the query's conflict and pdep steps, then one
     // read-modify-write per probe) measured slower: 8.3 vs 6.7 ns/key at
     // 10,000 keys.
-    filter_bytes(lines, probes, FORMAT_BLOOM, |bits| {
+    filter_bytes(lines, probes, FORMAT_BLOOM_V2, |bits| {
         build_distinct_portable(bits, key_hashes, lines, probes)
     })
 }
@@ -1476,10 +1895,52 @@ mod tests {
         assert!(BloomPolicy::with_fp_rate(f64::NAN).is_err());
     }
 
+    /// The shapes of format 0x07 as the module doc and
+    /// `shape_multipliers` describe them, written out naively.
+    fn reference_shapes() -> &'static [(u32, Vec<u32>)] {
+        static SHAPES: std::sync::OnceLock<Vec<(u32, Vec<u32>)>> = std::sync::OnceLock::new();
+        SHAPES.get_or_init(generate_reference_shapes)
+    }
+
+    fn generate_reference_shapes() -> Vec<(u32, Vec<u32>)> {
+        let mut x = SHAPE_SEED;
+        let mut next = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        (0..64)
+            .map(|_| {
+                let low = (next() as u32 % (1 << 23)) | 1;
+                let mut values = Vec::new();
+                while values.len() < 32 {
+                    let v = (next() >> 55) as u32;
+                    if !values.contains(&v) {
+                        values.push(v);
+                    }
+                }
+                (low, values)
+            })
+            .collect()
+    }
+
     /// A key's probe bits as the module doc defines them, written out
-    /// naively: the first `probes` values of the chain (distinct ones only
-    /// in the current format; at most 64 chain values).
-    fn reference_probes(h: u64, probes: u8, distinct: bool) -> Vec<usize> {
+    /// naively. Format 0x07: the top 9 bits of `(hi32 | 1) x (e << 23 |
+    /// L)` over the shape `(h >> 5) % 64`'s first values. Earlier formats:
+    /// the first `probes` values of the chain (distinct ones only in format
+    /// 0x04; at most 64 chain values).
+    fn reference_probes(h: u64, probes: u8, format: u8) -> Vec<usize> {
+        if format == FORMAT_BLOOM {
+            let (low, values) = &reference_shapes()[(h >> 5) as usize % 64];
+            let state = (h >> 32) as u32 | 1;
+            return values[..probes as usize]
+                .iter()
+                .map(|&e| (state.wrapping_mul(e << 23 | low) >> 23) as usize)
+                .collect();
+        }
+        let distinct = format == FORMAT_BLOOM_V2;
         let mut state = (h >> 32) as u32;
         if distinct {
             state |= 1;
@@ -1506,7 +1967,7 @@ mod tests {
         let mut out = vec![0u8; lines as usize * LINE_BYTES];
         for &h in hashes {
             let line = ((h as u32 as u64 * lines as u64) >> 32) as usize;
-            for bit in reference_probes(h, probes, format == FORMAT_BLOOM) {
+            for bit in reference_probes(h, probes, format) {
                 out[line * LINE_BYTES + bit / 8] |= 1 << (bit % 8);
             }
         }
@@ -1524,7 +1985,7 @@ mod tests {
             return false;
         }
         let line = ((h as u32 as u64 * lines as u64) >> 32) as usize;
-        reference_probes(h, probes, bytes[n - 1] == FORMAT_BLOOM)
+        reference_probes(h, probes, bytes[n - 1])
             .into_iter()
             .all(|bit| bytes[line * LINE_BYTES + bit / 8] & (1 << (bit % 8)) != 0)
     }
@@ -1542,12 +2003,14 @@ mod tests {
             let hashes: Vec<u64> = (0..n).map(|_| next()).collect();
             for (bytes, format) in [
                 (build_bloom(&hashes, bpk), FORMAT_BLOOM),
+                (build_v2(&hashes, bpk), FORMAT_BLOOM_V2),
                 (build_v1(&hashes, bpk), FORMAT_BLOOM_V1),
             ] {
                 let expected = reference_build(&hashes, bpk, format);
                 assert_eq!(bytes, expected, "n={n} bpk={bpk} format={format}");
                 let layout = BloomLayout::parse(&bytes).unwrap();
-                assert_eq!(layout.distinct_probes(), format == FORMAT_BLOOM);
+                assert_eq!(layout.format(), format);
+                assert_eq!(layout.distinct_probes(), format != FORMAT_BLOOM_V1);
                 for _ in 0..20_000 {
                     let h = next();
                     assert_eq!(layout.may_contain(&bytes, h), reference_query(&bytes, h));
@@ -1584,6 +2047,52 @@ mod tests {
     }
 
     #[test]
+    fn shapes_hold_distinct_values_over_a_shared_low_part() {
+        let reference = reference_shapes();
+        for (t, shape) in SHAPE_MULTIPLIERS.iter().enumerate() {
+            let (low, values) = &reference[t];
+            for (i, &c) in shape.iter().enumerate() {
+                assert_eq!(c, values[i] << 23 | low, "shape {t} value {i}");
+            }
+            let mut tops: Vec<u32> = shape.iter().map(|c| c >> 23).collect();
+            tops.sort_unstable();
+            tops.dedup();
+            assert_eq!(tops.len(), SHAPE_VALUES, "shape {t}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for (t, shape) in SHAPE_MULTIPLIERS.iter().enumerate() {
+            assert_eq!(SHAPES_8.0[t], shape[..8]);
+            assert_eq!(SHAPES_16.0[t], shape[..16]);
+        }
+    }
+
+    /// Format 0x07's probes are distinct for every key, even states with
+    /// many trailing zeros, whatever the shape and probe count.
+    #[test]
+    fn shape_probes_are_distinct_for_every_key() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut hashes: Vec<u64> = [0u32, 1, 2, 0x8000_0000, 0xffff_ffff, 0x0080_0000]
+            .iter()
+            .flat_map(|&hi| (0..64u64).map(move |t| u64::from(hi) << 32 | t << 5))
+            .collect();
+        for _ in 0..5_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            hashes.push(x);
+        }
+        for &h in &hashes {
+            let mut seen = [0u64; 8];
+            for i in 0..MAX_PROBES as usize {
+                let bit = shape_probe(h, i);
+                let (word, one) = ((bit >> 6) as usize, 1u64 << (bit & 63));
+                assert_eq!(seen[word] & one, 0, "hash {h:#x} probe {i}");
+                seen[word] |= one;
+            }
+        }
+    }
+
+    #[test]
     fn every_probe_count_answers_like_the_reference_on_every_path() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
@@ -1593,13 +2102,14 @@ mod tests {
             x
         };
         let hashes: Vec<u64> = (0..700).map(|_| next()).collect();
-        let both_formats = (1..=MAX_PROBES).flat_map(|probes| {
+        let every_format = (1..=MAX_PROBES).flat_map(|probes| {
             [
                 (probes, build_lines(&hashes, 11, probes)),
+                (probes, build_lines_v2(&hashes, 11, probes)),
                 (probes, build_lines_v1(&hashes, 11, probes)),
             ]
         });
-        for (probes, bytes) in both_formats {
+        for (probes, bytes) in every_format {
             let layout = BloomLayout::parse(&bytes).unwrap();
             assert_eq!(layout.probes(), probes);
             for path in QueryPath::available() {
@@ -1667,7 +2177,7 @@ mod tests {
             );
             for probes in 9..=12u8 {
                 let h = u64::from(hi) << 32 | 0x1234_5678;
-                let probe_bits = reference_probes(h, probes, true);
+                let probe_bits = reference_probes(h, probes, FORMAT_BLOOM_V2);
                 // One line: every key maps to it.
                 let mut full = vec![0u8; LINE_BYTES];
                 for &b in &probe_bits {
@@ -1683,7 +2193,7 @@ mod tests {
                     let mut bytes = line;
                     bytes.extend_from_slice(&1u32.to_le_bytes());
                     bytes.push(probes);
-                    bytes.push(FORMAT_BLOOM);
+                    bytes.push(FORMAT_BLOOM_V2);
                     let expected = reference_query(&bytes, h);
                     assert_eq!(expected, i == 0, "k={probes} {hi:#x} line {i}");
                     let layout = BloomLayout::parse(&bytes).unwrap();

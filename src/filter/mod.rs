@@ -11,8 +11,9 @@
 //!
 //! Every built-in filter ends with a one-byte *format id* ([`FORMAT_BLOOM`],
 //! [`FORMAT_RIBBON`], the Ribbon format of 64-bit rows [`FORMAT_RIBBON64`],
-//! and the first Bloom format [`FORMAT_BLOOM_V1`] and the
-//! previous Ribbon layout [`FORMAT_RIBBON_V3`], both still read) preceded by
+//! and the earlier Bloom formats [`FORMAT_BLOOM_V2`] and [`FORMAT_BLOOM_V1`]
+//! and the previous Ribbon layout [`FORMAT_RIBBON_V3`], all still read)
+//! preceded by
 //! that format's own small trailer (sizes, probe count or seed). A table
 //! written under one policy therefore stays readable after the database
 //! switches to another: [`Filter::decode`] and the free function
@@ -51,8 +52,14 @@ pub use bloom::BloomPolicy;
 pub use ribbon::RibbonPolicy;
 
 /// Format id (last byte) of a blocked Bloom filter whose probes are
-/// distinct bits of the line (what [`BloomPolicy`] builds).
-pub const FORMAT_BLOOM: u8 = 0x04;
+/// distinct by construction: affine images of one of 64 fixed random
+/// "shapes" (what [`BloomPolicy`] builds; see [`bloom`]).
+pub const FORMAT_BLOOM: u8 = 0x07;
+/// Format id of the second blocked Bloom format: same layout and trailer,
+/// probes the first distinct values of a multiply chain, which a query had
+/// to find by skipping repeats. Still read and queried exactly; no longer
+/// built.
+pub const FORMAT_BLOOM_V2: u8 = 0x04;
 /// Format id of the first blocked Bloom format: same layout and trailer,
 /// but a key's probes were drawn with replacement, so two could land on the
 /// same bit (about 1.2% more false positives at 10 bits/key). Still read
@@ -505,7 +512,7 @@ impl Filter {
     fn decode_builtin(bytes: &[u8]) -> Decoded {
         let decoded = match bytes.last() {
             None => return Decoded::of_kind(Kind::All(Unfiltered::NoFilter)),
-            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => {
+            Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V2 | &FORMAT_BLOOM_V1) => {
                 bloom::BloomLayout::parse(bytes).map(|_| Decoded::of_kind(Kind::Bloom))
             }
             Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => {
@@ -537,6 +544,12 @@ impl Filter {
         // `BloomLines` contract holds (see the impl); for a Ribbon filter,
         // the one its layout's `query_fn_for` returned for `Filter`, whose
         // `RibbonSource` contract holds (see the impl).
+        #[cfg(target_arch = "x86_64")]
+        if self.bloom.queries_shapes8_avx512() {
+            // SAFETY: the layout says its query is this function (and so
+            // that the CPU runs it); `Filter`'s `BloomLines` contract holds.
+            return unsafe { bloom::shapes8_avx512(self, key_hash) };
+        }
         unsafe { (self.query)(self, key_hash) }
     }
 
@@ -680,13 +693,15 @@ impl Filter {
 pub fn may_contain(filter_bytes: &[u8], key_hash: u64) -> bool {
     match filter_bytes.last() {
         None => true,
-        Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V1) => match bloom::BloomLayout::parse(filter_bytes) {
-            Some(layout) => layout.may_contain(filter_bytes, key_hash),
-            None => {
-                UNDECODABLE.fetch_add(1, Ordering::Relaxed);
-                true
+        Some(&FORMAT_BLOOM | &FORMAT_BLOOM_V2 | &FORMAT_BLOOM_V1) => {
+            match bloom::BloomLayout::parse(filter_bytes) {
+                Some(layout) => layout.may_contain(filter_bytes, key_hash),
+                None => {
+                    UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
             }
-        },
+        }
         Some(&FORMAT_RIBBON | &FORMAT_RIBBON_V3) => match ribbon::RibbonLayout::parse(filter_bytes)
         {
             Some(layout) => layout.may_contain(filter_bytes, key_hash),
