@@ -1070,7 +1070,7 @@ impl Query {
 pub(crate) unsafe fn shapes8_avx512(filter: &super::Filter, key_hash: u64) -> bool {
     // SAFETY: the caller's: this is the filter's own query function, and
     // `Filter`'s `BloomLines` contract holds.
-    unsafe { avx512::filter_shapes8(filter, key_hash) }
+    unsafe { avx512::may_contain_shapes::<super::Filter, true>(filter, key_hash) }
 }
 
 /// The query of a filter built from no keys: nothing is in it.
@@ -1135,23 +1135,6 @@ mod avx512 {
         SHAPES_8, SHAPE_OFFSET_MASK_8,
     };
     use std::arch::x86_64::*;
-
-    /// `may_contain_shapes::<Filter, true>` as a function of this crate,
-    /// not generic: compiled here once, where it reaches the shape table
-    /// directly, rather than in each crate that inlines
-    /// [`Filter::may_contain`](crate::filter::Filter::may_contain), which
-    /// reached the table through the global offset table (one more load
-    /// per query).
-    ///
-    /// # Safety
-    ///
-    /// As for `may_contain_shapes`.
-    #[target_feature(enable = "avx512f,avx512vl")]
-    #[inline(never)]
-    pub(super) unsafe fn filter_shapes8(filter: &crate::filter::Filter, key_hash: u64) -> bool {
-        // SAFETY: the caller's.
-        unsafe { may_contain_shapes::<crate::filter::Filter, true>(filter, key_hash) }
-    }
 
     /// Same answer as `BloomLayout::may_contain_portable` for format 0x07
     /// ([`FORMAT_BLOOM`](super::FORMAT_BLOOM)): at most 8 probes with
