@@ -52,7 +52,7 @@ pub use bloom::BloomPolicy;
 pub use ribbon::RibbonPolicy;
 
 /// Format id (last byte) of a blocked Bloom filter whose probes are
-/// distinct by construction: affine images of one of 64 fixed random
+/// distinct by construction: affine images of one of 128 fixed random
 /// "shapes" (what [`BloomPolicy`] builds; see [`bloom`]).
 pub const FORMAT_BLOOM: u8 = 0x07;
 /// Format id of the second blocked Bloom format: same layout and trailer,
