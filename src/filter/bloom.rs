@@ -1155,7 +1155,7 @@ mod avx512 {
     ///
     /// `num_lines` must be at least 1, `probes` at most 8 with `NARROW` and
     /// at most 16 otherwise, and the CPU must support AVX-512 F and VL.
-    #[target_feature(enable = "avx512f,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512vl,bmi2")]
     pub(super) unsafe fn may_contain_shapes<F: BloomLines, const NARROW: bool>(
         filter: &F,
         key_hash: u64,
@@ -1177,19 +1177,22 @@ mod avx512 {
             let (shape, ones) = unsafe {
                 (
                     _mm256_load_si256(SHAPES_8.0.as_ptr().cast::<u8>().add(offset).cast()),
-                    _mm256_loadu_si256(layout.first_lane_ones.0.as_ptr().cast()),
+                    _mm256_load_si256(layout.first_lane_ones.0.as_ptr().cast()),
                 )
             };
             let x = _mm256_mullo_epi32(_mm256_set1_epi32(state), shape);
-            let bit = _mm256_srli_epi32(x, 23);
             // The permute's upper eight index lanes are don't-cares: only
             // the lower eight results are tested.
             let word = _mm512_castsi512_si256(_mm512_permutexvar_epi32(
                 _mm512_castsi256_si512(_mm256_srli_epi32(x, 28)),
                 words,
             ));
-            // Carry set when every probe bit is set in its word.
-            _mm256_testc_si256(word, _mm256_rolv_epi32(ones, bit)) != 0
+            // Each word rotated right by its probe's position (modulo 32,
+            // bits 23..28 of x) puts the probe bit at bit 0. Carry set when
+            // bit 0 is set in every probe lane (`ones`, a memory operand of
+            // the test: no load of its own).
+            let probe_at_0 = _mm256_rorv_epi32(word, _mm256_srli_epi32(x, 23));
+            _mm256_testc_si256(probe_at_0, ones) != 0
         } else {
             // SAFETY: `2 x offset <= 127 x 64`: one 64-byte entry of
             // `SHAPES_16` (64-byte aligned).
