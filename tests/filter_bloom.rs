@@ -161,29 +161,12 @@ fn check_fp_rate(bits_per_key: f64) -> f64 {
 /// one-shot decoder, and their own (slightly higher) theoretical rate.
 #[test]
 fn first_format_filters_are_still_read_exactly() {
-    const N: u64 = 1_000_000;
-    let present = hashes(11, N);
+    let present = hashes(11, 1_000_000);
     let bytes = build_v1(&present, 10.0);
     assert_eq!(bytes.last(), Some(&FORMAT_BLOOM_V1));
     let layout = BloomLayout::parse(&bytes).unwrap();
     assert!(!layout.distinct_probes());
-    let filter = Filter::decode(bytes.clone());
-    assert_eq!(filter.format_name(), "bloom");
-    assert_eq!(filter.unfiltered(), None);
-    assert!(present.iter().all(|&h| filter.may_contain(h)));
-    assert!(present.iter().take(10_000).all(|&h| may_contain(&bytes, h)));
-    let false_positives = hashes(12, N)
-        .into_iter()
-        .filter(|&h| filter.may_contain(h))
-        .count() as f64;
-    let real_bits_per_key = layout.num_lines() as f64 * 512.0 / N as f64;
-    let theory = blocked_bloom_fp_rate_with_replacement(real_bits_per_key, layout.probes());
-    let sigma = (N as f64 * theory * (1.0 - theory)).sqrt();
-    assert!(
-        (false_positives - theory * N as f64).abs() <= 5.0 * sigma,
-        "{false_positives} false positives, theory {:.0} +- {sigma:.0}",
-        theory * N as f64
-    );
+    assert_read_exactly_at(&bytes, &present, 12, blocked_bloom_fp_rate_with_replacement);
 }
 
 /// Filters in the second format (the first distinct chain values, format
@@ -191,28 +174,44 @@ fn first_format_filters_are_still_read_exactly() {
 /// still read exactly, at the distinct-probe rate.
 #[test]
 fn second_format_filters_are_still_read_exactly() {
-    const N: u64 = 1_000_000;
-    let present = hashes(13, N);
+    let present = hashes(13, 1_000_000);
     let bytes = build_v2(&present, 10.0);
     assert_eq!(bytes.last(), Some(&FORMAT_BLOOM_V2));
     let layout = BloomLayout::parse(&bytes).unwrap();
     assert!(layout.distinct_probes());
     assert_eq!(layout.format(), FORMAT_BLOOM_V2);
-    let filter = Filter::decode(bytes.clone());
+    assert_read_exactly_at(&bytes, &present, 14, blocked_bloom_fp_rate);
+}
+
+/// `bytes`, built from `present`, decode as a Bloom filter that finds every
+/// present key (through a decoded filter and the one-shot decoder) and
+/// whose false-positive rate over as many absent keys (`hashes(absent_tag,
+/// ..)`) is within 5 binomial standard deviations of `theory` at the
+/// filter's real size.
+fn assert_read_exactly_at(
+    bytes: &[u8],
+    present: &[u64],
+    absent_tag: u64,
+    theory: fn(f64, u32) -> f64,
+) {
+    let n = present.len() as u64;
+    let layout = BloomLayout::parse(bytes).unwrap();
+    let filter = Filter::decode(bytes);
     assert_eq!(filter.format_name(), "bloom");
+    assert_eq!(filter.unfiltered(), None);
     assert!(present.iter().all(|&h| filter.may_contain(h)));
-    assert!(present.iter().take(10_000).all(|&h| may_contain(&bytes, h)));
-    let false_positives = hashes(14, N)
+    assert!(present.iter().take(10_000).all(|&h| may_contain(bytes, h)));
+    let false_positives = hashes(absent_tag, n)
         .into_iter()
         .filter(|&h| filter.may_contain(h))
         .count() as f64;
-    let real_bits_per_key = layout.num_lines() as f64 * 512.0 / N as f64;
-    let theory = blocked_bloom_fp_rate(real_bits_per_key, layout.probes());
-    let sigma = (N as f64 * theory * (1.0 - theory)).sqrt();
+    let real_bits_per_key = layout.num_lines() as f64 * 512.0 / n as f64;
+    let theory = theory(real_bits_per_key, layout.probes());
+    let sigma = (n as f64 * theory * (1.0 - theory)).sqrt();
     assert!(
-        (false_positives - theory * N as f64).abs() <= 5.0 * sigma,
+        (false_positives - theory * n as f64).abs() <= 5.0 * sigma,
         "{false_positives} false positives, theory {:.0} +- {sigma:.0}",
-        theory * N as f64
+        theory * n as f64
     );
 }
 
