@@ -1598,14 +1598,29 @@ fn with_constant_probes(probes: u32, mut f: impl FnMut(u32)) {
 /// [`with_constant_probes`] gets its own unrolled copy.
 #[inline(always)]
 fn set_shape_bits(bits: &mut [u8], key_hashes: &[u64], lines: u32, probes: u32) {
+    for_each_key_line(bits, key_hashes, lines, |h, block| {
+        for i in 0..probes as usize {
+            set_line_bit(block, shape_probe(h, i));
+        }
+    });
+}
+
+/// Calls `set(h, line)` for every key hash `h` with the line of `bits`
+/// (`lines` lines) it maps to: the loop every build format shares, which
+/// differ only in the probe bits `set` sets.
+#[inline(always)]
+fn for_each_key_line(
+    bits: &mut [u8],
+    key_hashes: &[u64],
+    lines: u32,
+    mut set: impl FnMut(u64, &mut [u8; LINE_BYTES]),
+) {
     for &h in key_hashes {
         let line = fastrange32(h as u32, lines) as usize;
         let Some(block) = line_at_mut(bits, line) else {
             continue; // unreachable: fastrange32 < lines
         };
-        for i in 0..probes as usize {
-            set_line_bit(block, shape_probe(h, i));
-        }
+        set(h, block);
     }
 }
 
@@ -1655,13 +1670,9 @@ fn build_distinct_portable(bits: &mut [u8], key_hashes: &[u64], lines: u32, prob
 /// [`with_constant_probes`] gets its own unrolled copy.
 #[inline(always)]
 fn set_distinct_bits(bits: &mut [u8], key_hashes: &[u64], lines: u32, probes: u32) {
-    for &h in key_hashes {
-        let line = fastrange32(h as u32, lines) as usize;
-        let Some(block) = line_at_mut(bits, line) else {
-            continue; // unreachable: fastrange32 < lines
-        };
+    for_each_key_line(bits, key_hashes, lines, |h, block| {
         visit_distinct_probes::<true>((h >> 32) as u32, probes, |bit| set_line_bit(block, bit));
-    }
+    });
 }
 
 /// Builds a filter in the first format ([`FORMAT_BLOOM_V1`], probes with
@@ -1679,16 +1690,12 @@ pub fn build_v1(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
 /// [`build_v1`] with exactly `lines` lines and `probes` probes.
 fn build_lines_v1(key_hashes: &[u64], lines: u32, probes: u32) -> Vec<u8> {
     filter_bytes(lines, probes, FORMAT_BLOOM_V1, |bits| {
-        for &h in key_hashes {
-            let line = fastrange32(h as u32, lines) as usize;
-            let Some(block) = line_at_mut(bits, line) else {
-                continue; // unreachable: fastrange32 < lines
-            };
+        for_each_key_line(bits, key_hashes, lines, |h, block| {
             let state = (h >> 32) as u32;
             for &power in PROBE_POWERS.iter().take(probes as usize) {
                 set_line_bit(block, state.wrapping_mul(power) >> 23);
             }
-        }
+        });
     })
 }
 
