@@ -1132,8 +1132,8 @@ mod scalar {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{
-        line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES, SHAPES_16,
-        SHAPES_8, SHAPE_OFFSET_MASK_8,
+        fastrange32, line_has_probes, line_ptr, BloomLayout, BloomLines, CHAIN_POWERS, LINE_BYTES,
+        SHAPES_16, SHAPES_8, SHAPE_OFFSET_MASK_8,
     };
     use std::arch::x86_64::*;
 
@@ -1161,12 +1161,57 @@ mod avx512 {
         key_hash: u64,
     ) -> bool {
         let layout = filter.layout();
-        let state = ((key_hash >> 32) as u32 | 1) as i32;
         // The shape's entry: `t x 32` bytes into `SHAPES_8` (see
         // `SHAPE_OFFSET_MASK_8`), `t x 64` into `SHAPES_16`.
         let offset = key_hash as usize & SHAPE_OFFSET_MASK_8;
-        // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
-        let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+        let (state, line) = if NARROW {
+            // The state and the line's byte offset in five instructions
+            // where the compiler emits eight: `rorx` swaps the hash's
+            // halves into another register (no copy first), and a 32-bit
+            // `mul` by `num_lines` in memory leaves `fastrange32`'s line in
+            // `edx` (no copy, load, 64-bit multiply, shift and mask; LLVM
+            // turns the same arithmetic written in Rust back into those).
+            // The query is out-of-cache bound by how many of them the
+            // CPU's window holds, so instructions count: measured in
+            // docs/filters.md, "Format 0x07".
+            let state: u64;
+            let line_offset: u64;
+            // SAFETY: reads the 4 bytes of `layout.num_lines` (a live `&`)
+            // and nothing else; writes only the named registers; BMI2
+            // (`rorx`) is enabled for this function.
+            unsafe {
+                std::arch::asm!(
+                    "rorx {state}, {hash}, 32",
+                    "or {state:e}, 1",
+                    "mov eax, {hash:e}",
+                    "mul dword ptr [{layout} + {num_lines}]",
+                    "shl rdx, 6",
+                    hash = in(reg) key_hash,
+                    layout = in(reg) layout,
+                    num_lines = const std::mem::offset_of!(BloomLayout, num_lines),
+                    state = out(reg) state,
+                    out("eax") _,
+                    out("rdx") line_offset,
+                    options(pure, readonly, nostack),
+                );
+            }
+            debug_assert_eq!(state as u32, (key_hash >> 32) as u32 | 1);
+            debug_assert_eq!(
+                line_offset,
+                fastrange32(key_hash as u32, layout.num_lines) as u64 * LINE_BYTES as u64
+            );
+            // SAFETY: `line_offset` is `fastrange32(key_hash, num_lines) x
+            // 64` (the `mul` leaves the product's high half in `edx`),
+            // inside the `num_lines * 64` bytes of `F`'s contract
+            // (`num_lines >= 1`: caller).
+            (state as u32 as i32, unsafe {
+                filter.lines().add(line_offset as usize)
+            })
+        } else {
+            // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
+            let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
+            (((key_hash >> 32) as u32 | 1) as i32, line)
+        };
         // SAFETY: `line` is one of the lines, 64 readable bytes (an
         // unaligned load: `F` does not promise alignment).
         let words = unsafe { _mm512_loadu_si512(line.cast::<__m512i>()) };
@@ -1187,12 +1232,15 @@ mod avx512 {
                 _mm512_castsi256_si512(_mm256_srli_epi32(x, 28)),
                 words,
             ));
-            // Each word rotated right by its probe's position (modulo 32,
-            // bits 23..28 of x) puts the probe bit at bit 0. Carry set when
-            // bit 0 is set in every probe lane (`ones`, a memory operand of
-            // the test: no load of its own).
-            let probe_at_0 = _mm256_rorv_epi32(word, _mm256_srli_epi32(x, 23));
-            _mm256_testc_si256(probe_at_0, ones) != 0
+            // The bit each probe wants in its word: `ones` (bit 0 in the
+            // first `probes` lanes, nothing in the others) rotated left by
+            // the probe's position (modulo 32, bits 23..28 of x). Carry set
+            // when the words hold every wanted bit. Made apart from the
+            // line, so only two instructions (permute, test) wait for its
+            // load, a cache miss in a large filter, where rotating each
+            // word to bit 0 made three: docs/filters.md, "Format 0x07".
+            let wanted = _mm256_rolv_epi32(ones, _mm256_srli_epi32(x, 23));
+            _mm256_testc_si256(word, wanted) != 0
         } else {
             // SAFETY: `2 x offset <= 127 x 64`: one 64-byte entry of
             // `SHAPES_16` (64-byte aligned).

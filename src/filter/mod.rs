@@ -217,12 +217,16 @@ enum Kind {
 ///
 /// Tables decode their filter once when they are opened.
 #[derive(Clone)]
+#[repr(C)]
 pub struct Filter {
+    /// The layout of a blocked Bloom filter ([`Kind::Bloom`]), parsed from
+    /// `bytes`; for other kinds, that of an empty filter, never read. The
+    /// first field (`repr(C)`): its address is the filter's, so the Bloom
+    /// query's `asm` reads `num_lines` at a constant offset from the
+    /// filter pointer it was called with, no address computed first.
+    bloom: bloom::BloomLayout,
     bytes: LineAligned,
     kind: Kind,
-    /// The layout of a blocked Bloom filter ([`Kind::Bloom`]), parsed from
-    /// `bytes`; for other kinds, that of an empty filter, never read.
-    bloom: bloom::BloomLayout,
     /// The layout of a Ribbon filter ([`Kind::Ribbon`]), parsed from
     /// `bytes`; for other kinds, that of an empty filter, never read. A
     /// field rather than the kind's payload, so that the Ribbon query
