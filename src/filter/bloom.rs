@@ -1173,7 +1173,7 @@ mod avx512 {
             // turns the same arithmetic written in Rust back into those).
             // The query is out-of-cache bound by how many of them the
             // CPU's window holds, so instructions count: measured in
-            // docs/filters.md, "Format 0x07".
+            // docs/filters.md, "Eleventh session" (issue-2 targets).
             let state: u64;
             let line_offset: u64;
             // SAFETY: reads the 4 bytes of `layout.num_lines` (a live `&`)
@@ -1238,7 +1238,8 @@ mod avx512 {
             // when the words hold every wanted bit. Made apart from the
             // line, so only two instructions (permute, test) wait for its
             // load, a cache miss in a large filter, where rotating each
-            // word to bit 0 made three: docs/filters.md, "Format 0x07".
+            // word to bit 0 made three: docs/filters.md, "Eleventh
+            // session" (issue-2 targets).
             let wanted = _mm256_rolv_epi32(ones, _mm256_srli_epi32(x, 23));
             _mm256_testc_si256(word, wanted) != 0
         } else {
