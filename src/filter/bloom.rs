@@ -1164,54 +1164,47 @@ mod avx512 {
         // The shape's entry: `t x 32` bytes into `SHAPES_8` (see
         // `SHAPE_OFFSET_MASK_8`), `t x 64` into `SHAPES_16`.
         let offset = key_hash as usize & SHAPE_OFFSET_MASK_8;
-        let (state, line) = if NARROW {
-            // The state and the line's byte offset in five instructions
-            // where the compiler emits eight: `rorx` swaps the hash's
-            // halves into another register (no copy first), and a 32-bit
-            // `mul` by `num_lines` in memory leaves `fastrange32`'s line in
-            // `edx` (no copy, load, 64-bit multiply, shift and mask; LLVM
-            // turns the same arithmetic written in Rust back into those).
-            // The query is out-of-cache bound by how many of them the
-            // CPU's window holds, so instructions count: measured in
-            // docs/filters.md, "Eleventh session" (issue-2 targets).
-            let state: u64;
-            let line_offset: u64;
-            // SAFETY: reads the 4 bytes of `layout.num_lines` (a live `&`)
-            // and nothing else; writes only the named registers; BMI2
-            // (`rorx`) is enabled for this function.
-            unsafe {
-                std::arch::asm!(
-                    "rorx {state}, {hash}, 32",
-                    "or {state:e}, 1",
-                    "mov eax, {hash:e}",
-                    "mul dword ptr [{layout} + {num_lines}]",
-                    "shl rdx, 6",
-                    hash = in(reg) key_hash,
-                    layout = in(reg) layout,
-                    num_lines = const std::mem::offset_of!(BloomLayout, num_lines),
-                    state = out(reg) state,
-                    out("eax") _,
-                    out("rdx") line_offset,
-                    options(pure, readonly, nostack),
-                );
-            }
-            debug_assert_eq!(state as u32, (key_hash >> 32) as u32 | 1);
-            debug_assert_eq!(
-                line_offset,
-                fastrange32(key_hash as u32, layout.num_lines) as u64 * LINE_BYTES as u64
+        // The state and the line's byte offset in five instructions
+        // where the compiler emits eight: `rorx` swaps the hash's
+        // halves into another register (no copy first), and a 32-bit
+        // `mul` by `num_lines` in memory leaves `fastrange32`'s line in
+        // `edx` (no copy, load, 64-bit multiply, shift and mask; LLVM
+        // turns the same arithmetic written in Rust back into those).
+        // The query is out-of-cache bound by how many of them the
+        // CPU's window holds, so instructions count: measured in
+        // docs/filters.md, "Eleventh session" (issue-2 targets).
+        let state: u64;
+        let line_offset: u64;
+        // SAFETY: reads the 4 bytes of `layout.num_lines` (a live `&`)
+        // and nothing else; writes only the named registers; BMI2
+        // (`rorx`) is enabled for this function.
+        unsafe {
+            std::arch::asm!(
+                "rorx {state}, {hash}, 32",
+                "or {state:e}, 1",
+                "mov eax, {hash:e}",
+                "mul dword ptr [{layout} + {num_lines}]",
+                "shl rdx, 6",
+                hash = in(reg) key_hash,
+                layout = in(reg) layout,
+                num_lines = const std::mem::offset_of!(BloomLayout, num_lines),
+                state = out(reg) state,
+                out("eax") _,
+                out("rdx") line_offset,
+                options(pure, readonly, nostack),
             );
-            // SAFETY: `line_offset` is `fastrange32(key_hash, num_lines) x
-            // 64` (the `mul` leaves the product's high half in `edx`),
-            // inside the `num_lines * 64` bytes of `F`'s contract
-            // (`num_lines >= 1`: caller).
-            (state as u32 as i32, unsafe {
-                filter.lines().add(line_offset as usize)
-            })
-        } else {
-            // SAFETY: `F`'s contract and `num_lines >= 1` (caller).
-            let line = unsafe { line_ptr(layout, filter.lines(), key_hash) };
-            (((key_hash >> 32) as u32 | 1) as i32, line)
-        };
+        }
+        debug_assert_eq!(state as u32, (key_hash >> 32) as u32 | 1);
+        debug_assert_eq!(
+            line_offset,
+            fastrange32(key_hash as u32, layout.num_lines) as u64 * LINE_BYTES as u64
+        );
+        let state = state as u32 as i32;
+        // SAFETY: `line_offset` is `fastrange32(key_hash, num_lines) x
+        // 64` (the `mul` leaves the product's high half in `edx`),
+        // inside the `num_lines * 64` bytes of `F`'s contract
+        // (`num_lines >= 1`: caller).
+        let line = unsafe { filter.lines().add(line_offset as usize) };
         // SAFETY: `line` is one of the lines, 64 readable bytes (an
         // unaligned load: `F` does not promise alignment).
         let words = unsafe { _mm512_loadu_si512(line.cast::<__m512i>()) };
