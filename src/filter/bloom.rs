@@ -1592,13 +1592,24 @@ fn lines_for(num_keys: usize, bits_per_key: f64) -> u32 {
         .clamp(1, u32::MAX as u64) as u32
 }
 
-/// Builds blocked Bloom filter bytes for `key_hashes` at `bits_per_key`.
-pub(crate) fn build_bloom(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
-    build_lines(
+/// `build` (a builder of any format taking a line count and a probe count)
+/// sized for `bits_per_key`: the lines that budget buys for the keys, and
+/// the probe count chosen for it.
+fn at_bits_per_key(
+    key_hashes: &[u64],
+    bits_per_key: f64,
+    build: fn(&[u64], u32, u32) -> Vec<u8>,
+) -> Vec<u8> {
+    build(
         key_hashes,
         lines_for(key_hashes.len(), bits_per_key),
         probes_for_bits_per_key(bits_per_key),
     )
+}
+
+/// Builds blocked Bloom filter bytes for `key_hashes` at `bits_per_key`.
+pub(crate) fn build_bloom(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
+    at_bits_per_key(key_hashes, bits_per_key, build_lines)
 }
 
 /// Builds a filter of exactly `lines` lines with `probes` probes per key,
@@ -1671,11 +1682,7 @@ fn for_each_key_line(
 /// for tests and for measuring the formats side by side.
 #[doc(hidden)]
 pub fn build_v2(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
-    build_lines_v2(
-        key_hashes,
-        lines_for(key_hashes.len(), bits_per_key),
-        probes_for_bits_per_key(bits_per_key),
-    )
+    at_bits_per_key(key_hashes, bits_per_key, build_lines_v2)
 }
 
 /// [`build_v2`] with exactly `lines` lines and `probes` probes.
@@ -1722,11 +1729,7 @@ fn set_distinct_bits(bits: &mut [u8], key_hashes: &[u64], lines: u32, probes: u3
 /// and for measuring the two formats side by side.
 #[doc(hidden)]
 pub fn build_v1(key_hashes: &[u64], bits_per_key: f64) -> Vec<u8> {
-    build_lines_v1(
-        key_hashes,
-        lines_for(key_hashes.len(), bits_per_key),
-        probes_for_bits_per_key(bits_per_key),
-    )
+    at_bits_per_key(key_hashes, bits_per_key, build_lines_v1)
 }
 
 /// [`build_v1`] with exactly `lines` lines and `probes` probes.
