@@ -26,8 +26,9 @@
 //!
 //! Two solvers give the same bytes (tested): scalar (POPCNT when the CPU
 //! has it, else the portable parity) and AVX-512 F + VPOPCNTDQ, which
-//! keeps eight columns' states in a zmm register and solves them with one
-//! AND, `vpopcntq` and `vpternlogq` on the chain from slot to slot.
+//! keeps eight columns' states in a zmm register and solves two slots at a
+//! time with one AND, `vpopcntq` and three `vpternlogq` on the chain from
+//! pair to pair.
 
 use super::{BLOCK_SLOTS, MAX_COLUMNS, WORD_BYTES};
 use crate::filter::ribbon::{has_popcnt, parity_mul, parity_popcnt, SolvePath};
@@ -155,6 +156,13 @@ mod avx512 {
     /// `columns` are solved too, from whatever result bits the rows carry
     /// there; lanes never affect each other, and only the first `columns`
     /// states are emitted.
+    ///
+    /// Slots go two at a time (see [`solve_pair`]) where they can: the
+    /// pairs are aligned so that their lower slot is even in the region,
+    /// as every block's first slot is, so each emit falls after a whole
+    /// pair. The shard's last slot goes alone first when it would be a
+    /// pair's lower slot, and its first slot alone last when it would be
+    /// a pair's upper one.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vpopcntdq")]
     pub(super) fn solve<const G: usize>(
@@ -164,25 +172,9 @@ mod avx512 {
         columns: usize,
         region: &mut [u8],
     ) {
-        let one = _mm512_set1_epi64(1);
         let mut states = [_mm512_setzero_si512(); G];
         let mut words = [0u64; COLUMNS];
-        for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
-            // `popcount(shifted & coeff)` is `popcount(state & coeff >> 1)`
-            // (the state's top bit leaves the window; the pivot bit meets
-            // the shifted-in 0): the AND need not wait for the shift.
-            let c = _mm512_set1_epi64((coeff >> 1) as i64);
-            for (g, state) in states.iter_mut().enumerate() {
-                // The slot's result bits as lanes of 0 or 1, put into the
-                // free bit 0 of the shifted state: off the chain from one
-                // slot to the next, which is AND, VPOPCNTQ and one
-                // `vpternlogq` (`base ^ (count & 1)`), two cycles shorter
-                // than shifting first and adding the result after.
-                let result_lanes = _mm512_maskz_mov_epi64((result >> (8 * g)) as u8, one);
-                let base = _mm512_or_si512(_mm512_slli_epi64::<1>(*state), result_lanes);
-                let count = _mm512_popcnt_epi64(_mm512_and_si512(*state, c));
-                *state = _mm512_ternarylogic_epi64::<XOR_AND>(base, count, one);
-            }
+        let mut emit_at = |j: usize, states: &[__m512i; G]| {
             let g = offset + j;
             if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
                 for (i, state) in states.iter().enumerate() {
@@ -192,6 +184,94 @@ mod avx512 {
                 }
                 emit(region, g, &words[..columns]);
             }
+        };
+        let n = coeffs.len().min(results.len());
+        // Slots `0..end` are left to solve.
+        let mut end = n;
+        if end > 0 && (offset + end - 1).is_multiple_of(2) {
+            end -= 1;
+            solve_one(&mut states, coeffs[end], results[end]);
+            emit_at(end, &states);
+        }
+        while end >= 2 {
+            let (a, b) = (end - 1, end - 2);
+            solve_pair(
+                &mut states,
+                [coeffs[a], coeffs[b]],
+                [results[a], results[b]],
+            );
+            emit_at(b, &states);
+            end -= 2;
+        }
+        if end == 1 {
+            solve_one(&mut states, coeffs[0], results[0]);
+            emit_at(0, &states);
+        }
+    }
+
+    /// Solves one slot: its row `coeff`, `result` against the states of
+    /// the slots after it, and shifts it into the states.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
+    fn solve_one<const G: usize>(states: &mut [__m512i; G], coeff: u64, result: u64) {
+        let one = _mm512_set1_epi64(1);
+        // `popcount(shifted & coeff)` is `popcount(state & coeff >> 1)`
+        // (the state's top bit leaves the window; the pivot bit meets the
+        // shifted-in 0): the AND need not wait for the shift.
+        let c = _mm512_set1_epi64((coeff >> 1) as i64);
+        for (g, state) in states.iter_mut().enumerate() {
+            // The slot's result bits as lanes of 0 or 1, put into the free
+            // bit 0 of the shifted state: off the chain from one slot to
+            // the next, which is AND, VPOPCNTQ and one `vpternlogq` (`base
+            // ^ (count & 1)`), two cycles shorter than shifting first and
+            // adding the result after.
+            let result_lanes = _mm512_maskz_mov_epi64((result >> (8 * g)) as u8, one);
+            let base = _mm512_or_si512(_mm512_slli_epi64::<1>(*state), result_lanes);
+            let count = _mm512_popcnt_epi64(_mm512_and_si512(*state, c));
+            *state = _mm512_ternarylogic_epi64::<XOR_AND>(base, count, one);
+        }
+    }
+
+    /// Solves slots `a = b + 1` and then `b` (rows `coeffs = [a's, b's]`,
+    /// `results` likewise) with one population count on the chain instead
+    /// of two. With `S` the states before `a` (bit `k`: slot `a + 1 + k`):
+    ///
+    /// ```text
+    /// S_a = r_a ^ parity(c_a >> 1 & S)
+    /// S_b = r_b ^ parity(c_b >> 1 & (S << 1 | S_a))
+    ///     = r_b ^ parity(c_b >> 2 & S) ^ (bit 1 of c_b) & S_a
+    /// ```
+    ///
+    /// so both parities come from `S` at once, and the new states are `S
+    /// << 2 | S_a << 1 | S_b`, with the result bits (and `r_a` into `S_b`
+    /// when bit 1 of `c_b` is set) put in off the chain.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vpopcntdq")]
+    fn solve_pair<const G: usize>(states: &mut [__m512i; G], coeffs: [u64; 2], results: [u64; 2]) {
+        let one = _mm512_set1_epi64(1);
+        let two = _mm512_set1_epi64(2);
+        let [ca, cb] = coeffs;
+        let b_sees_a = (cb >> 1) & 1;
+        let [ra, rb] = [
+            results[0],
+            results[1] ^ (results[0] & b_sees_a.wrapping_neg()),
+        ];
+        let ca1 = _mm512_set1_epi64((ca >> 1) as i64);
+        let cb2 = _mm512_set1_epi64((cb >> 2) as i64);
+        let a_into_b = _mm512_set1_epi64(b_sees_a as i64);
+        for (g, state) in states.iter_mut().enumerate() {
+            let results = _mm512_or_si512(
+                _mm512_maskz_mov_epi64((ra >> (8 * g)) as u8, two),
+                _mm512_maskz_mov_epi64((rb >> (8 * g)) as u8, one),
+            );
+            let base = _mm512_or_si512(_mm512_slli_epi64::<2>(*state), results);
+            let count_a = _mm512_popcnt_epi64(_mm512_and_si512(*state, ca1));
+            let count_b = _mm512_popcnt_epi64(_mm512_and_si512(*state, cb2));
+            // Bit 0: b's parity, plus a's where b's row reaches slot a.
+            let low = _mm512_ternarylogic_epi64::<XOR_AND>(count_b, count_a, a_into_b);
+            let high =
+                _mm512_ternarylogic_epi64::<XOR_AND>(base, _mm512_slli_epi64::<1>(count_a), two);
+            *state = _mm512_ternarylogic_epi64::<XOR_AND>(high, low, one);
         }
     }
 }
