@@ -136,20 +136,21 @@ struct Args {
     /// Gets per read phase [default: min(num, 200000)].
     #[arg(long)]
     reads: Option<u64>,
-    /// Range scans in the scan phase [default: reads / 20].
+    /// Range scans in each scan phase (scan, scanrev) [default: reads / 20].
     #[arg(long)]
     scans: Option<u64>,
-    /// Entries per range scan.
+    /// Entries per range scan (forward or backward).
     #[arg(long, default_value_t = 100)]
     scan_len: usize,
     /// Comma-separated workloads, run in order: fillrandom, fillseq,
     /// compact (flush, then compact until balanced and level 0 is empty),
     /// compactall (flush, then rewrite everything into one level),
-    /// readrandom, readmissing, readzipf, scan.
+    /// readrandom, readmissing, readzipf, scan, scanrev (backward range
+    /// scans, each from a loaded key down).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fillrandom,compact,readrandom,readmissing,readzipf,scan"
+        default_value = "fillrandom,compact,readrandom,readmissing,readzipf,scan,scanrev"
     )]
     benchmarks: Vec<String>,
     /// Comma-separated engines: sievedb, rocksdb, fjall (the peers need the
@@ -238,7 +239,7 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     let reads_any = args
         .benchmarks
         .iter()
-        .any(|w| w.starts_with("read") || w == "scan");
+        .any(|w| w.starts_with("read") || w.starts_with("scan"));
     if reads_any && loads == 0 {
         return Err(BenchError::Invalid(
             "read workloads need a fill first (fillrandom or fillseq)".into(),
@@ -438,7 +439,7 @@ fn run_one(
     let mut missing: Option<MissingCheck> = None;
     for w in &plan.workloads {
         let label = format!("{engine_name}/{}/{w}", policy.name());
-        let is_read = w.starts_with("read") || w == "scan";
+        let is_read = w.starts_with("read") || w.starts_with("scan");
         if is_read && shape.is_none() {
             shape = Some(shape_summary(engine.as_ref(), ks.num));
         }
@@ -510,6 +511,18 @@ fn run_one(
                     &label,
                     threads,
                     &starts,
+                    args.scan_len,
+                    args.cold,
+                )?
+            }
+            "scanrev" => {
+                let ends = ks.uniform("scanrev", plan.scans);
+                workload::scan_rev(
+                    engine.as_ref(),
+                    ks,
+                    &label,
+                    threads,
+                    &ends,
                     args.scan_len,
                     args.cold,
                 )?

@@ -156,6 +156,15 @@ pub trait Engine: Sync {
     /// Reads up to `limit` entries from the first key `>= start`; calls
     /// `visit` on each key and returns how many were read.
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize>;
+    /// Reads up to `limit` entries backward from the last key `<= end`;
+    /// calls `visit` with each key in turn (largest first); returns how
+    /// many.
+    fn scan_rev(
+        &self,
+        end: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> BenchResult<usize>;
     /// The engine's own read counters, if it keeps comparable ones.
     fn read_io(&self) -> Option<ReadIo>;
     /// Table shape (filter bytes, tables); peers report what they can.
@@ -275,6 +284,21 @@ impl Engine for SieveEngine {
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
         let mut n = 0;
         for item in self.db()?.scan(start..)?.take(limit) {
+            let (key, _value) = item?;
+            visit(&key);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn scan_rev(
+        &self,
+        end: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> BenchResult<usize> {
+        let mut n = 0;
+        for item in self.db()?.scan(..=end)?.rev().take(limit) {
             let (key, _value) = item?;
             visit(&key);
             n += 1;

@@ -90,6 +90,23 @@ impl Engine for RocksEngine {
         Ok(n)
     }
 
+    fn scan_rev(
+        &self,
+        end: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> BenchResult<usize> {
+        // Reverse from a key: RocksDB seeks to the last key <= it.
+        let mode = rocksdb::IteratorMode::From(end, rocksdb::Direction::Reverse);
+        let mut n = 0;
+        for item in self.db()?.iterator(mode).take(limit) {
+            let (key, _value) = item.map_err(|e| peer_err("rocksdb")(e.to_string()))?;
+            visit(&key);
+            n += 1;
+        }
+        Ok(n)
+    }
+
     fn read_io(&self) -> Option<ReadIo> {
         None
     }
@@ -224,6 +241,21 @@ impl Engine for FjallEngine {
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
         let mut n = 0;
         for item in self.part()?.range(start..).take(limit) {
+            let (key, _value) = item.map_err(|e| peer_err("fjall")(e.to_string()))?;
+            visit(&key);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn scan_rev(
+        &self,
+        end: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> BenchResult<usize> {
+        let mut n = 0;
+        for item in self.part()?.range(..=end).rev().take(limit) {
             let (key, _value) = item.map_err(|e| peer_err("fjall")(e.to_string()))?;
             visit(&key);
             n += 1;

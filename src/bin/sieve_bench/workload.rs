@@ -22,6 +22,7 @@ pub const WORKLOADS: &[&str] = &[
     "readmissing",
     "readzipf",
     "scan",
+    "scanrev",
 ];
 
 /// Zipf exponent of `readzipf` (YCSB's default).
@@ -327,6 +328,62 @@ pub fn scan(
             return Err(wrong(
                 engine,
                 format!("scan from loaded key {i} returned {n} entries, expected {want}"),
+            ));
+        }
+        Ok(OpOutcome {
+            nanos,
+            found: n as u64,
+        })
+    })
+}
+
+/// Backward range scans of up to `len` entries ending at loaded keys
+/// `ends`; each must return the loaded keys from its end down, in order.
+#[allow(clippy::too_many_arguments)]
+pub fn scan_rev(
+    engine: &dyn Engine,
+    ks: &KeySpace,
+    label: &str,
+    threads: usize,
+    ends: &[u64],
+    len: usize,
+    cold: bool,
+) -> BenchResult<PhaseResult> {
+    run_phase(engine, "scanrev", label, threads, ends, cold, |i, s| {
+        ks.present_key(i, &mut s.key);
+        // The loaded key the next visited key must be (`None` once below
+        // the first).
+        let mut next = Some(i);
+        let mut bad: Option<String> = None;
+        let expected = &mut s.expected;
+        let t = Instant::now();
+        let n = engine.scan_rev(&s.key, len, &mut |k| {
+            if bad.is_some() {
+                return;
+            }
+            match next {
+                Some(at) => {
+                    ks.present_key(at, expected);
+                    if k != expected.as_slice() {
+                        bad = Some(format!("wrong key where loaded key {at} belongs"));
+                    }
+                    next = at.checked_sub(1);
+                }
+                None => bad = Some("a key below the first loaded key".to_string()),
+            }
+        })?;
+        let nanos = elapsed_nanos(t);
+        let want = (i + 1).min(len as u64);
+        if let Some(what) = bad {
+            return Err(wrong(
+                engine,
+                format!("backward scan from loaded key {i}: {what}"),
+            ));
+        }
+        if n as u64 != want {
+            return Err(wrong(
+                engine,
+                format!("backward scan from loaded key {i} returned {n} entries, expected {want}"),
             ));
         }
         Ok(OpOutcome {
