@@ -176,6 +176,24 @@ pub trait Engine: Sync {
         -> BenchResult<()>;
 }
 
+/// The scans of every adapter: calls `visit` with the keys of up to `limit`
+/// entries of `entries` in turn, turning an engine's error into a
+/// [`BenchError`] with `error`; returns how many.
+pub(crate) fn visit_keys<K: AsRef<[u8]>, V, E>(
+    entries: impl Iterator<Item = Result<(K, V), E>>,
+    limit: usize,
+    visit: &mut dyn FnMut(&[u8]),
+    error: impl Fn(E) -> BenchError,
+) -> BenchResult<usize> {
+    let mut n = 0;
+    for entry in entries.take(limit) {
+        let (key, _value) = entry.map_err(&error)?;
+        visit(key.as_ref());
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Builds the sievedb filter policy for `kind`.
 pub fn sieve_policy(kind: PolicyKind, bits_per_key: f64) -> BenchResult<Arc<dyn FilterPolicy>> {
     Ok(match kind {
@@ -282,13 +300,8 @@ impl Engine for SieveEngine {
     }
 
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
-        let mut n = 0;
-        for item in self.db()?.scan(start..)?.take(limit) {
-            let (key, _value) = item?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.db()?.scan(start..)?;
+        visit_keys(entries, limit, visit, BenchError::from)
     }
 
     fn scan_rev(
@@ -297,13 +310,8 @@ impl Engine for SieveEngine {
         limit: usize,
         visit: &mut dyn FnMut(&[u8]),
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for item in self.db()?.scan(..=end)?.rev().take(limit) {
-            let (key, _value) = item?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.db()?.scan(..=end)?.rev();
+        visit_keys(entries, limit, visit, BenchError::from)
     }
 
     fn read_io(&self) -> Option<ReadIo> {

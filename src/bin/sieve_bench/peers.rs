@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::{Engine, PolicyKind, ReadIo, Shape};
+use crate::engine::{visit_keys, Engine, PolicyKind, ReadIo, Shape};
 use crate::error::{BenchError, BenchResult};
 
 fn peer_err(engine: &'static str) -> impl Fn(String) -> BenchError {
@@ -81,13 +81,10 @@ impl Engine for RocksEngine {
 
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
         let mode = rocksdb::IteratorMode::From(start, rocksdb::Direction::Forward);
-        let mut n = 0;
-        for item in self.db()?.iterator(mode).take(limit) {
-            let (key, _value) = item.map_err(|e| peer_err("rocksdb")(e.to_string()))?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.db()?.iterator(mode);
+        visit_keys(entries, limit, visit, |e| {
+            peer_err("rocksdb")(e.to_string())
+        })
     }
 
     fn scan_rev(
@@ -98,13 +95,10 @@ impl Engine for RocksEngine {
     ) -> BenchResult<usize> {
         // Reverse from a key: RocksDB seeks to the last key <= it.
         let mode = rocksdb::IteratorMode::From(end, rocksdb::Direction::Reverse);
-        let mut n = 0;
-        for item in self.db()?.iterator(mode).take(limit) {
-            let (key, _value) = item.map_err(|e| peer_err("rocksdb")(e.to_string()))?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.db()?.iterator(mode);
+        visit_keys(entries, limit, visit, |e| {
+            peer_err("rocksdb")(e.to_string())
+        })
     }
 
     fn read_io(&self) -> Option<ReadIo> {
@@ -239,13 +233,8 @@ impl Engine for FjallEngine {
     }
 
     fn scan(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8])) -> BenchResult<usize> {
-        let mut n = 0;
-        for item in self.part()?.range(start..).take(limit) {
-            let (key, _value) = item.map_err(|e| peer_err("fjall")(e.to_string()))?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.part()?.range(start..);
+        visit_keys(entries, limit, visit, |e| peer_err("fjall")(e.to_string()))
     }
 
     fn scan_rev(
@@ -254,13 +243,8 @@ impl Engine for FjallEngine {
         limit: usize,
         visit: &mut dyn FnMut(&[u8]),
     ) -> BenchResult<usize> {
-        let mut n = 0;
-        for item in self.part()?.range(..=end).rev().take(limit) {
-            let (key, _value) = item.map_err(|e| peer_err("fjall")(e.to_string()))?;
-            visit(&key);
-            n += 1;
-        }
-        Ok(n)
+        let entries = self.part()?.range(..=end).rev();
+        visit_keys(entries, limit, visit, |e| peer_err("fjall")(e.to_string()))
     }
 
     fn read_io(&self) -> Option<ReadIo> {
