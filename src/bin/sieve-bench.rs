@@ -38,6 +38,7 @@ use error::{io_err, BenchError, BenchResult};
 use keys::KeySpace;
 use report::{Machine, MissingCheck, Report, Run, ShapeSummary};
 use sievedb::{Compression, FilterBudget, TableInfo};
+use workload::ScanDirection;
 
 /// Which filter policies to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -513,11 +514,12 @@ fn run_one(
                     &starts,
                     args.scan_len,
                     args.cold,
+                    ScanDirection::Forward,
                 )?
             }
             "scanrev" => {
                 let ends = ks.uniform("scanrev", plan.scans);
-                workload::scan_rev(
+                workload::scan(
                     engine.as_ref(),
                     ks,
                     &label,
@@ -525,6 +527,7 @@ fn run_one(
                     &ends,
                     args.scan_len,
                     args.cold,
+                    ScanDirection::Backward,
                 )?
             }
             other => return Err(BenchError::Invalid(format!("unknown workload {other:?}"))),

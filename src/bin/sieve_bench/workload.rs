@@ -291,8 +291,18 @@ pub fn read_missing(
     )
 }
 
-/// Range scans of up to `len` entries starting at loaded keys `starts`; each
-/// must return the loaded keys from its start on, in order.
+/// Which way a scan phase reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanDirection {
+    /// `scan`: from each start key up.
+    Forward,
+    /// `scanrev`: from each start key down.
+    Backward,
+}
+
+/// Range scans of up to `len` entries from loaded keys `starts`, each way
+/// [`ScanDirection`] says; each must return the loaded keys from its start
+/// on (or down), in order, and as many as there are up to `len`.
 #[allow(clippy::too_many_arguments)]
 pub fn scan(
     engine: &dyn Engine,
@@ -302,88 +312,57 @@ pub fn scan(
     starts: &[u64],
     len: usize,
     cold: bool,
+    direction: ScanDirection,
 ) -> BenchResult<PhaseResult> {
-    run_phase(engine, "scan", label, threads, starts, cold, |i, s| {
+    let (name, what) = match direction {
+        ScanDirection::Forward => ("scan", "scan"),
+        ScanDirection::Backward => ("scanrev", "backward scan"),
+    };
+    run_phase(engine, name, label, threads, starts, cold, |i, s| {
         ks.present_key(i, &mut s.key);
-        let mut next = i;
-        let mut bad: Option<u64> = None;
-        let expected = &mut s.expected;
-        let t = Instant::now();
-        let n = engine.scan(&s.key, len, &mut |k| {
-            ks.present_key(next, expected);
-            if bad.is_none() && k != expected.as_slice() {
-                bad = Some(next);
-            }
-            next += 1;
-        })?;
-        let nanos = elapsed_nanos(t);
-        let want = (ks.num - i).min(len as u64);
-        if let Some(at) = bad {
-            return Err(wrong(
-                engine,
-                format!("scan from loaded key {i}: wrong key where loaded key {at} belongs"),
-            ));
-        }
-        if n as u64 != want {
-            return Err(wrong(
-                engine,
-                format!("scan from loaded key {i} returned {n} entries, expected {want}"),
-            ));
-        }
-        Ok(OpOutcome {
-            nanos,
-            found: n as u64,
-        })
-    })
-}
-
-/// Backward range scans of up to `len` entries ending at loaded keys
-/// `ends`; each must return the loaded keys from its end down, in order.
-#[allow(clippy::too_many_arguments)]
-pub fn scan_rev(
-    engine: &dyn Engine,
-    ks: &KeySpace,
-    label: &str,
-    threads: usize,
-    ends: &[u64],
-    len: usize,
-    cold: bool,
-) -> BenchResult<PhaseResult> {
-    run_phase(engine, "scanrev", label, threads, ends, cold, |i, s| {
-        ks.present_key(i, &mut s.key);
-        // The loaded key the next visited key must be (`None` once below
-        // the first).
+        // The loaded key the next visited key must be (`None` past the
+        // last one or below the first).
         let mut next = Some(i);
         let mut bad: Option<String> = None;
         let expected = &mut s.expected;
-        let t = Instant::now();
-        let n = engine.scan_rev(&s.key, len, &mut |k| {
+        let mut check = |k: &[u8]| {
             if bad.is_some() {
                 return;
             }
-            match next {
-                Some(at) => {
-                    ks.present_key(at, expected);
-                    if k != expected.as_slice() {
-                        bad = Some(format!("wrong key where loaded key {at} belongs"));
-                    }
-                    next = at.checked_sub(1);
-                }
-                None => bad = Some("a key below the first loaded key".to_string()),
+            let Some(at) = next else {
+                bad = Some("a key beyond the loaded keys".to_string());
+                return;
+            };
+            ks.present_key(at, expected);
+            if k != expected.as_slice() {
+                bad = Some(format!("wrong key where loaded key {at} belongs"));
             }
-        })?;
+            next = match direction {
+                ScanDirection::Forward => Some(at + 1).filter(|&n| n < ks.num),
+                ScanDirection::Backward => at.checked_sub(1),
+            };
+        };
+        let t = Instant::now();
+        let n = match direction {
+            ScanDirection::Forward => engine.scan(&s.key, len, &mut check)?,
+            ScanDirection::Backward => engine.scan_rev(&s.key, len, &mut check)?,
+        };
         let nanos = elapsed_nanos(t);
-        let want = (i + 1).min(len as u64);
-        if let Some(what) = bad {
+        let available = match direction {
+            ScanDirection::Forward => ks.num - i,
+            ScanDirection::Backward => i + 1,
+        };
+        let want = available.min(len as u64);
+        if let Some(problem) = bad {
             return Err(wrong(
                 engine,
-                format!("backward scan from loaded key {i}: {what}"),
+                format!("{what} from loaded key {i}: {problem}"),
             ));
         }
         if n as u64 != want {
             return Err(wrong(
                 engine,
-                format!("backward scan from loaded key {i} returned {n} entries, expected {want}"),
+                format!("{what} from loaded key {i} returned {n} entries, expected {want}"),
             ));
         }
         Ok(OpOutcome {
