@@ -24,16 +24,21 @@
 //!
 //! Run: `cargo bench --bench filters -- --warm-up-time 1 --measurement-time 3`
 
-use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
 use sievedb::filter::ribbon64::Ribbon64Layout;
-use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
+use sievedb::filter::{BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
 use xorf::Filter as _;
 
-const BITS_PER_KEY: usize = 10;
+#[path = "support/filter_peers.rs"]
+mod filter_peers;
+use filter_peers::{build_fastbloom, build_sbbf, BITS_PER_KEY};
+#[path = "support/key_hashes.rs"]
+mod key_hashes;
+use key_hashes::key_hashes;
+
 const SIZES: [usize; 2] = [10_000, 1_000_000];
 const BATCH: usize = 1_000;
 /// Build rows cycle through distinct key sets of at least this many keys
@@ -56,16 +61,7 @@ struct Workload {
 
 impl Workload {
     fn new(n: usize) -> Workload {
-        let hashes = |tag: u64, count: usize| -> Vec<u64> {
-            (0..count as u64)
-                .map(|i| {
-                    let mut key = [0u8; 16];
-                    key[..8].copy_from_slice(&tag.to_le_bytes());
-                    key[8..].copy_from_slice(&i.to_le_bytes());
-                    key_hash(&key)
-                })
-                .collect()
-        };
+        let hashes = key_hashes;
         let present = hashes(1, n);
         let sets = BUILD_KEYS_CYCLED.div_ceil(n.max(1)).max(1);
         let build_sets = (0..sets as u64)
@@ -307,64 +303,16 @@ fn binary_fuse8(c: &mut Criterion, w: &Workload) {
 /// Parquet's split-block Bloom filter (`sbbf-rs-safe`): 32-byte blocks,
 /// 8 probes with SIMD.
 fn sbbf(c: &mut Criterion, w: &Workload) {
-    family(
-        c,
-        "sbbf",
-        w,
-        |hashes| {
-            let mut filter = sbbf_rs_safe::Filter::new(BITS_PER_KEY, hashes.len());
-            for &h in hashes {
-                filter.insert_hash(h);
-            }
-            filter
-        },
-        |filter, h| filter.contains_hash(h),
-    );
-}
-
-/// Hands fastbloom the precomputed hash unchanged.
-#[derive(Clone, Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used (hashing a u64); fold anything else.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, h: u64) {
-        self.0 = h;
-    }
-}
-
-impl BuildHasher for PassThrough {
-    type Hasher = PassThrough;
-    fn build_hasher(&self) -> PassThrough {
-        PassThrough(0)
-    }
+    family(c, "sbbf", w, build_sbbf, |filter, h| {
+        filter.contains_hash(h)
+    });
 }
 
 /// `fastbloom` 0.9, its default `BloomFilter`, at the same number of bits.
 fn fastbloom(c: &mut Criterion, w: &Workload) {
-    family(
-        c,
-        "fastbloom",
-        w,
-        |hashes| {
-            let mut filter = fastbloom::BloomFilter::with_num_bits(BITS_PER_KEY * hashes.len())
-                .hasher(PassThrough(0))
-                .expected_items(hashes.len());
-            for h in hashes {
-                filter.insert(h);
-            }
-            filter
-        },
-        |filter, h| filter.contains(&h),
-    );
+    family(c, "fastbloom", w, build_fastbloom, |filter, h| {
+        filter.contains(&h)
+    });
 }
 
 fn all(c: &mut Criterion) {

@@ -18,22 +18,15 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy};
+use sievedb::filter::{BloomPolicy, Filter, FilterPolicy};
 
 const BATCH: usize = 1_000;
 const QUERIES_PER_PASS: usize = 1_000_000;
 const ROUNDS: usize = 15;
 
-fn hashes(tag: u64, count: usize) -> Vec<u64> {
-    (0..count as u64)
-        .map(|i| {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&tag.to_le_bytes());
-            key[8..].copy_from_slice(&i.to_le_bytes());
-            key_hash(&key)
-        })
-        .collect()
-}
+#[path = "../benches/support/key_hashes.rs"]
+mod key_hashes;
+use key_hashes::key_hashes as hashes;
 
 /// Answers one batch and returns how many answers were "may contain".
 type Variant = fn(&Filter, &[u64], &mut [bool]) -> usize;

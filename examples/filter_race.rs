@@ -17,45 +17,25 @@
 //! (defaults 1,000,000 keys, 400 query rounds; build rounds are a tenth of
 //! those, at least 5).
 
-use std::hash::{BuildHasher, Hasher};
 use std::hint::black_box;
 use std::time::Instant;
 
-use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
+use sievedb::filter::{BloomPolicy, Filter, FilterPolicy, RibbonPolicy};
 use xorf::Filter as _;
 
-const BITS_PER_KEY: usize = 10;
+#[path = "../benches/support/filter_peers.rs"]
+mod filter_peers;
+use filter_peers::{build_fastbloom, build_sbbf, PassThrough, BITS_PER_KEY};
+#[path = "../benches/support/key_hashes.rs"]
+mod key_hashes;
+use key_hashes::key_hashes as hashes;
+
 /// Queries per burst: long enough for the timer, short enough that a
 /// round (all contestants, present and absent) lasts well under a
 /// millisecond at a few ns per query.
 const BURST: usize = 20_000;
 /// Untimed queries before each timed burst.
 const WARM: usize = 100_000;
-
-/// Hands fastbloom the precomputed hash unchanged (as the bench does).
-#[derive(Clone, Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, h: u64) {
-        self.0 = h;
-    }
-}
-
-impl BuildHasher for PassThrough {
-    type Hasher = PassThrough;
-    fn build_hasher(&self) -> PassThrough {
-        PassThrough(0)
-    }
-}
 
 /// The filter families compared.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -94,22 +74,8 @@ impl Family {
             Family::Ribbon => Built::Sieve(Box::new(Filter::decode(
                 RibbonPolicy::new(BITS_PER_KEY as f64).build(hashes),
             ))),
-            Family::Sbbf => {
-                let mut filter = sbbf_rs_safe::Filter::new(BITS_PER_KEY, hashes.len());
-                for &h in hashes {
-                    filter.insert_hash(h);
-                }
-                Built::Sbbf(filter)
-            }
-            Family::Fastbloom => {
-                let mut filter = fastbloom::BloomFilter::with_num_bits(BITS_PER_KEY * hashes.len())
-                    .hasher(PassThrough(0))
-                    .expected_items(hashes.len());
-                for h in hashes {
-                    filter.insert(h);
-                }
-                Built::Fastbloom(filter)
-            }
+            Family::Sbbf => Built::Sbbf(build_sbbf(hashes)),
+            Family::Fastbloom => Built::Fastbloom(build_fastbloom(hashes)),
             Family::BinaryFuse8 => {
                 Built::Fuse(xorf::BinaryFuse8::try_from(hashes).expect("binary fuse build"))
             }
@@ -155,17 +121,6 @@ impl Built {
         };
         bytes as f64 * 8.0 / keys as f64
     }
-}
-
-fn hashes(tag: u64, count: usize) -> Vec<u64> {
-    (0..count as u64)
-        .map(|i| {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&tag.to_le_bytes());
-            key[8..].copy_from_slice(&i.to_le_bytes());
-            key_hash(&key)
-        })
-        .collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {

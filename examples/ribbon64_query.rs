@@ -32,7 +32,7 @@ use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{
     region_blocks, Ribbon64Layout, Shard64, SHARD_ENTRY_BYTES, WORD_BYTES,
 };
-use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON64};
+use sievedb::filter::{BloomPolicy, Filter, FilterPolicy, RibbonPolicy, FORMAT_RIBBON64};
 
 const QUERIES_PER_PASS: usize = 1_000_000;
 const HASHES: usize = 2_000_000;
@@ -42,16 +42,9 @@ const SHARD_KEYS: f64 = 1_020.0;
 const SLOTS_PER_KEY: f64 = 1.025;
 const LOWER_SHARE: f64 = 0.23;
 
-fn hashes(tag: u64, count: usize) -> Vec<u64> {
-    (0..count as u64)
-        .map(|i| {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&tag.to_le_bytes());
-            key[8..].copy_from_slice(&i.to_le_bytes());
-            key_hash(&key)
-        })
-        .collect()
-}
+#[path = "../benches/support/key_hashes.rs"]
+mod key_hashes;
+use key_hashes::key_hashes as hashes;
 
 /// A CRC-valid format 0x06 filter for `keys` keys (see the module doc).
 fn craft_ribbon64(keys: usize, rng: &mut impl Rng) -> Vec<u8> {

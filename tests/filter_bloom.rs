@@ -12,16 +12,13 @@ use sievedb::filter::{
 };
 use sievedb::Error;
 
+#[path = "../benches/support/key_hashes.rs"]
+mod key_hashes;
+use key_hashes::key_hashes;
+
 /// Hashes of `n` distinct keys; `tag` keeps different sets disjoint.
 fn hashes(tag: u64, n: u64) -> Vec<u64> {
-    (0..n)
-        .map(|i| {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&tag.to_le_bytes());
-            key[8..].copy_from_slice(&i.to_le_bytes());
-            key_hash(&key)
-        })
-        .collect()
+    key_hashes(tag, n as usize)
 }
 
 /// Every built hash answers "may contain": through the layout, a decoded
