@@ -112,7 +112,8 @@ impl Built {
         }
     }
 
-    fn bytes(&self, keys: usize) -> f64 {
+    /// The filter's size in bits per key of `keys` keys.
+    fn bits_per_key(&self, keys: usize) -> f64 {
         let bytes = match self {
             Built::Sieve(f) => f.len_bytes(),
             Built::Sbbf(f) => f.as_bytes().len(),
@@ -209,7 +210,7 @@ fn main() {
         println!(
             "| {} | {:.3} | {:.4}% |",
             f.name(),
-            b.bytes(keys),
+            b.bits_per_key(keys),
             100.0 * fp
         );
     }
