@@ -1,7 +1,9 @@
 //! Build time of the Ribbon filter, formats 0x05 (128-bit rows) and 0x06
 //! (64-bit rows), against the blocked Bloom filter at the same
 //! false-positive rate (Ribbon at 10 Bloom-equivalent bits per key),
-//! measured side by side: each round builds all three, and the medians,
+//! measured side by side: each round builds all three (format 0x06 twice:
+//! also with the baseline copy of its banding loop, which CPUs without
+//! BMI1 and BMI2 run, `BuildKnobs::band_baseline`), and the medians,
 //! their ratios to Bloom, the median and quartiles of the per-round ratios
 //! (each Ribbon build against the Bloom build of its own round: steadier
 //! than a ratio of medians on a machine whose speed drifts) and the bits
@@ -57,7 +59,13 @@ fn main() {
         let bytes = black_box(build());
         (start.elapsed().as_nanos() as f64 / keys as f64, bytes.len())
     };
-    let (mut r128, mut r64, mut b) = (Vec::new(), Vec::new(), Vec::new());
+    // Format 0x06 banded by the baseline copy of the lanes' loop, which
+    // CPUs without BMI1 and BMI2 run (`BuildKnobs::band_baseline`).
+    let rows64_baseline = BuildKnobs {
+        band_baseline: true,
+        ..rows64
+    };
+    let (mut r128, mut r64, mut r64_base, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sizes = [0usize; 3];
     let mut failed_64 = 0u64;
     let mut shards_64 = 0u64;
@@ -76,6 +84,8 @@ fn main() {
         });
         r64.push(ns);
         sizes[1] = len;
+        let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_baseline).0);
+        r64_base.push(ns);
         let (ns, len) = time(&|| bloom.build(black_box(&hashes)));
         b.push(ns);
         sizes[2] = len;
@@ -88,9 +98,9 @@ fn main() {
         v.sort_by(f64::total_cmp);
         v[((v.len() - 1) as f64 * q).round() as usize]
     };
-    // "median [q1, q3]" of the per-round ratios of `r` to the Bloom build.
-    let per_round = |r: &[f64]| {
-        let ratios: Vec<f64> = r.iter().zip(&b).map(|(x, y)| x / y).collect();
+    // "median [q1, q3]" of the per-round ratios of `r` to `to`.
+    let per_round_to = |r: &[f64], to: &[f64]| {
+        let ratios: Vec<f64> = r.iter().zip(to).map(|(x, y)| x / y).collect();
         format!(
             "{:.2}x [{:.2}, {:.2}]",
             quantile(&ratios, 0.5),
@@ -98,7 +108,10 @@ fn main() {
             quantile(&ratios, 0.75)
         )
     };
+    let per_round = |r: &[f64]| per_round_to(r, &b);
     let (ratio128, ratio64) = (per_round(&r128), per_round(&r64));
+    let copy_ratio = per_round_to(&r64, &r64_base);
+    let r64_base = quantile(&r64_base, 0.5);
     let median = |v: Vec<f64>| quantile(&v, 0.5);
     let (r128, r64, b) = (median(r128), median(r64), median(b));
     let bpk = |len: usize| len as f64 * 8.0 / keys as f64;
@@ -121,6 +134,9 @@ fn main() {
         r64 / b,
         bpk(sizes[1]),
         failed_64 as f64 / (failed_64 + shards_64).max(1) as f64
+    );
+    println!(
+        "  ribbon 0x06, baseline band copy {r64_base:.1} ns/key (the default copy's time / this one's, per round: {copy_ratio})"
     );
     println!(
         "  bloom       {b:.1} ns/key ({:.3} bits/key)",

@@ -229,15 +229,21 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     assert_eq!(first.last(), Some(&FORMAT_RIBBON64));
     for lanes_64 in 1..=4 {
         for solve_path in [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable] {
-            let (bytes, _) = build(
-                &keys,
-                BuildKnobs {
-                    lanes_64,
-                    solve_path,
-                    ..rows64()
-                },
-            );
-            assert!(bytes == first, "{lanes_64} lanes, {solve_path:?}");
+            for band_baseline in [false, true] {
+                let (bytes, _) = build(
+                    &keys,
+                    BuildKnobs {
+                        lanes_64,
+                        solve_path,
+                        band_baseline,
+                        ..rows64()
+                    },
+                );
+                assert!(
+                    bytes == first,
+                    "{lanes_64} lanes, {solve_path:?}, baseline band {band_baseline}"
+                );
+            }
         }
     }
     // Many failed seeds, shards of very different lengths and failing
@@ -250,8 +256,18 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     let (first, outcome) = build(&keys, tight);
     assert!(outcome.failed_seeds > 0);
     for lanes_64 in 1..=4 {
-        let (bytes, _) = build(&keys, BuildKnobs { lanes_64, ..tight });
-        assert!(bytes == first, "{lanes_64} lanes, tight");
+        for band_baseline in [false, true] {
+            let knobs = BuildKnobs {
+                lanes_64,
+                band_baseline,
+                ..tight
+            };
+            let (bytes, _) = build(&keys, knobs);
+            assert!(
+                bytes == first,
+                "{lanes_64} lanes, tight, baseline band {band_baseline}"
+            );
+        }
     }
 }
 

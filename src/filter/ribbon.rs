@@ -407,6 +407,11 @@ pub struct BuildKnobs {
     /// Shards format 0x06 bands at once, 1 to 4 (default
     /// [`LANES_64`](super::ribbon64::LANES_64)).
     pub lanes_64: usize,
+    /// Band format 0x06 with the copy of the lanes' loop compiled for the
+    /// crate's baseline target even on a CPU with BMI1 and BMI2, which
+    /// otherwise gets the copy compiled with them (default `false`; both
+    /// write the same bytes; for tests and benchmarks that compare them).
+    pub band_baseline: bool,
 }
 
 /// Which Ribbon format a build writes.
@@ -446,6 +451,7 @@ impl Default for BuildKnobs {
             format: RibbonFormat::Rows64,
             shard_keys_64: super::ribbon64::SHARD_KEYS_64,
             lanes_64: super::ribbon64::LANES_64,
+            band_baseline: false,
         }
     }
 }

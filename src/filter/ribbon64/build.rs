@@ -4,7 +4,7 @@
 //! table and trailer of the module doc.
 
 use super::backsub;
-use super::band::{run_jobs, Band, Bands, Job, LaneRow, MAX_LANES};
+use super::band::{run_jobs, Band, BandCode, Bands, Job, LaneRow, MAX_LANES};
 use super::{
     region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
     MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
@@ -172,6 +172,11 @@ pub(crate) fn build(
     // next shard. A shard's bytes depend only on its keys and seeds, so
     // the schedule does not change them.
     let lanes = knobs.lanes_64.clamp(1, MAX_LANES);
+    let code = if knobs.band_baseline {
+        BandCode::Baseline
+    } else {
+        BandCode::detect()
+    };
     let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
     // One stride for every band, so any of them can be banded together.
     let stride = shards
@@ -231,7 +236,7 @@ pub(crate) fn build(
         if jobs.is_empty() {
             break;
         }
-        let (stopped, solved) = run_jobs(&mut bands, &mut jobs);
+        let (stopped, solved) = run_jobs(code, &mut bands, &mut jobs);
         let job = &mut jobs[stopped];
         if solved {
             shards[job.shard].seed = job.seed as u8;
