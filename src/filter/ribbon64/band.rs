@@ -477,9 +477,10 @@ impl<'a> Lane<'a> {
 /// several uops (it must keep the flags when the count is 0); with BMI2 it
 /// is `shrx`, one uop. The loop is also compiled with BMI1 and BMI2, and a
 /// build takes that copy when the CPU has them. Measured on an Intel
-/// Emerald Rapids, 1,000,000 keys, both copies in one process, 21 rounds
-/// each: 0.953x and 0.969x the baseline copy's time (median of per-round
-/// ratios, two runs); docs/filters.md, "Thirteenth session".
+/// Emerald Rapids with `cargo run --release --example ribbon_build --
+/// 1000000 15` (both copies each round): 0.92x and 0.95x the baseline
+/// copy's time (median of per-round ratios, two runs); docs/filters.md,
+/// "Thirteenth session".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BandCode {
     /// Compiled for the crate's target features.
