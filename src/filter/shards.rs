@@ -1,7 +1,30 @@
 //! What the Ribbon builds of formats 0x05 and 0x06 share: key hashes
 //! partitioned by shard.
+//!
+//! The partition is a counting sort: one pass counts each shard's keys,
+//! a second scatters every hash to its shard's next position. A
+//! 1,000,000-key filter has about a thousand shards, so the scatter writes
+//! a thousand streams into an 8 MB buffer, each store to a cache line that
+//! is not in cache: the core must first read the line (a read for
+//! ownership) and the hardware prefetchers cannot follow a thousand
+//! streams. Timed alone that scatter took about as long as the whole
+//! Bloom build (Intel Xeon, 1,000,000 keys).
+//!
+//! So the scatter writes through staging lines (software write-combining,
+//! as in radix-partitioning joins): each shard collects its next hashes in
+//! a 64-byte staging line (a thousand of them fit in L2), and a staging
+//! line is copied out once it holds a whole aligned cache line of the
+//! output. On x86-64 that copy is four non-temporal 16-byte stores
+//! (`movntdq`, SSE2, present on every x86-64 CPU): the line is written
+//! whole, without being read first. The first and last, partial lines of a
+//! shard are copied with ordinary stores, since their other elements
+//! belong to neighbouring shards. The result is the same as a plain
+//! counting sort (a test checks it against one); only the stores differ.
 
 use super::fastrange64;
+
+/// `u64`s in a 64-byte cache line.
+const LINE_WORDS: usize = 8;
 
 /// Key hashes partitioned by shard with a counting sort: shard
 /// `fastrange64(hash, num_shards)`, as queries find it, each shard's hashes
@@ -15,23 +38,66 @@ pub(crate) struct ShardedKeys {
 impl ShardedKeys {
     /// Partitions `key_hashes` into `num_shards` (at least 1) shards.
     pub(crate) fn new(key_hashes: &[u64], num_shards: usize) -> ShardedKeys {
+        let num_shards = num_shards.max(1);
         let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
         let mut ends = vec![0usize; num_shards];
         for &h in key_hashes {
             ends[shard_of(h)] += 1;
         }
+        let mut begins = vec![0usize; num_shards];
         let mut sum = 0;
-        for end in ends.iter_mut() {
+        for (begin, end) in begins.iter_mut().zip(ends.iter_mut()) {
+            *begin = sum;
             sum += *end;
             *end = sum;
         }
         let mut hashes = vec![0u64; key_hashes.len()];
-        let mut fill = ends.clone();
-        for &h in key_hashes.iter().rev() {
-            let f = &mut fill[shard_of(h)];
-            *f -= 1;
-            hashes[*f] = h;
+        // Output positions `p` with `p % LINE_WORDS == lead` start a cache
+        // line: the lines are those of the buffer's addresses, wherever the
+        // allocator put it.
+        let misalignment = (hashes.as_ptr() as usize / 8) % LINE_WORDS;
+        let lead = (LINE_WORDS - misalignment) % LINE_WORDS;
+        let mut next = begins.clone();
+        let mut staging = vec![[0u64; LINE_WORDS]; num_shards];
+        for &h in key_hashes {
+            let shard = shard_of(h);
+            let at = next[shard];
+            next[shard] = at + 1;
+            let slot = (at + LINE_WORDS - lead) % LINE_WORDS;
+            let line = &mut staging[shard];
+            line[slot] = h;
+            if slot == LINE_WORDS - 1 {
+                // `at` ends a cache line; it starts at `at + 1 - LINE_WORDS`
+                // (which may lie before the buffer when `lead` > 0).
+                let line_start = (at + 1).checked_sub(LINE_WORDS);
+                match line_start {
+                    Some(start) if start >= begins[shard] => {
+                        write_line(&mut hashes[start..=at], line)
+                    }
+                    _ => {
+                        let from = begins[shard];
+                        let skip = LINE_WORDS - (at + 1 - from);
+                        hashes[from..=at].copy_from_slice(&line[skip..]);
+                    }
+                }
+            }
         }
+        // Each shard's last, partial line is still in its staging line.
+        for (shard, line) in staging.iter().enumerate() {
+            let (from, to) = (begins[shard], next[shard]);
+            if to == from {
+                continue;
+            }
+            let last_slot = (to - 1 + LINE_WORDS - lead) % LINE_WORDS;
+            if last_slot == LINE_WORDS - 1 {
+                continue;
+            }
+            // `saturating_sub`: the line may start before the buffer.
+            let line_start = (to - 1).saturating_sub(last_slot).max(from);
+            let skip = last_slot + 1 - (to - line_start);
+            hashes[line_start..to].copy_from_slice(&line[skip..=last_slot]);
+        }
+        store_fence();
         ShardedKeys { hashes, ends }
     }
 
@@ -39,5 +105,113 @@ impl ShardedKeys {
     pub(crate) fn keys(&self, i: usize) -> &[u64] {
         let begin = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.hashes[begin..self.ends[i]]
+    }
+}
+
+/// Copies a full staging line to `dest`, one 64-byte-aligned cache line of
+/// the output, without reading that line first.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn write_line(dest: &mut [u64], line: &[u64; LINE_WORDS]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+    assert_eq!(dest.len(), LINE_WORDS);
+    debug_assert_eq!(dest.as_ptr() as usize % 64, 0);
+    let to = dest.as_mut_ptr().cast::<__m128i>();
+    let from = line.as_ptr().cast::<__m128i>();
+    for i in 0..4 {
+        // SAFETY: `dest` is 8 `u64`s (checked above), so the four 16-byte
+        // stores at `to + i` (i < 4) and the four loads from `line` stay
+        // inside their slices. `movntdq` needs a 16-byte-aligned address:
+        // `dest` starts a 64-byte cache line by the choice of `lead` in
+        // `ShardedKeys::new`. SSE2 is part of x86-64.
+        unsafe { _mm_stream_si128(to.add(i), _mm_loadu_si128(from.add(i))) };
+    }
+}
+
+/// Copies a full staging line to `dest` (no non-temporal store on this
+/// architecture).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn write_line(dest: &mut [u64], line: &[u64; LINE_WORDS]) {
+    dest.copy_from_slice(line);
+}
+
+/// Orders the non-temporal stores of `write_line` before every later store,
+/// so the partition is complete for whoever reads it next, on this thread
+/// or another.
+#[cfg(target_arch = "x86_64")]
+fn store_fence() {
+    // SAFETY: `sfence` has no operands and no preconditions (SSE, part of
+    // x86-64).
+    unsafe { std::arch::x86_64::_mm_sfence() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn store_fence() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The partition as a plain counting sort: what `ShardedKeys::new`
+    /// must produce.
+    fn plain(key_hashes: &[u64], num_shards: usize) -> Vec<Vec<u64>> {
+        let mut shards = vec![Vec::new(); num_shards];
+        for &h in key_hashes {
+            shards[fastrange64(h, num_shards as u64) as usize].push(h);
+        }
+        shards
+    }
+
+    fn hashes(count: u64, salt: u64) -> Vec<u64> {
+        (0..count)
+            .map(|i| crate::filter::key_hash(&(i ^ salt << 40).to_le_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn matches_a_plain_counting_sort() {
+        // Sizes around the staging line (shards of 0 to 20 keys, partial
+        // first and last lines, lines that start before a shard) and a
+        // large one.
+        for (count, shards) in [
+            (0, 1),
+            (1, 1),
+            (7, 1),
+            (8, 1),
+            (9, 1),
+            (17, 3),
+            (100, 7),
+            (100, 40),
+            (1000, 333),
+            (1000, 1000),
+            (5000, 2),
+            (200_000, 196),
+        ] {
+            let keys = hashes(count, count ^ shards as u64);
+            let sharded = ShardedKeys::new(&keys, shards);
+            let want = plain(&keys, shards);
+            for (i, want) in want.iter().enumerate() {
+                assert_eq!(
+                    sharded.keys(i),
+                    &want[..],
+                    "{count} keys, shard {i}/{shards}"
+                );
+            }
+            assert_eq!(sharded.hashes.len(), keys.len());
+        }
+    }
+
+    #[test]
+    fn duplicate_hashes_and_one_shard_with_all_keys() {
+        let mut keys = vec![42u64; 50];
+        keys.extend(hashes(30, 7));
+        keys.extend([0, u64::MAX, 1 << 63, 0]);
+        for shards in [1, 2, 5, 64] {
+            let sharded = ShardedKeys::new(&keys, shards);
+            for (i, want) in plain(&keys, shards).iter().enumerate() {
+                assert_eq!(sharded.keys(i), &want[..], "shard {i}/{shards}");
+            }
+        }
     }
 }
