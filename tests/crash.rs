@@ -79,6 +79,7 @@ fn crash_recovery_rounds() {
     let mut acked = 0u64;
     let mut next = 1u64;
     let mut tables_seen = 0;
+    let mut stalled = 0u32;
     for round in 0..rounds {
         let mut child = Command::new(&exe)
             .args([
@@ -98,7 +99,10 @@ fn crash_recovery_rounds() {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let delay = 30 + (seed >> 33) % 400;
+        // A child must start and open the database before it writes; on a
+        // loaded machine that can take longer than the whole window, so
+        // each round in a row without progress doubles it (up to 16x).
+        let delay = (30 + (seed >> 33) % 400) << stalled.min(4);
         std::thread::sleep(Duration::from_millis(delay));
         if let Ok(Some(status)) = child.try_wait() {
             let mut err = String::new();
@@ -137,7 +141,9 @@ fn crash_recovery_rounds() {
         let report = db.verify().expect("verify");
         assert!(report.is_ok(), "round {round}: {:?}", report.problems);
         tables_seen += db.stats().levels.iter().map(|l| l.tables).sum::<u64>();
-        next = rec.present.last().copied().unwrap_or(0) + 1;
+        let progressed = rec.present.last().copied().unwrap_or(0) + 1;
+        stalled = if progressed > next { 0 } else { stalled + 1 };
+        next = progressed;
         acked = next - 1;
         db.close().expect("close");
     }
