@@ -10,7 +10,7 @@
 //! streams. Timed alone that scatter took about as long as the whole
 //! Bloom build (Intel Xeon, 1,000,000 keys).
 //!
-//! So the scatter writes through staging lines (software write-combining,
+//! So a large partition writes through staging lines (software write-combining,
 //! as in radix-partitioning joins): each shard collects its next hashes in
 //! a 64-byte staging line (a thousand of them fit in L2), and a staging
 //! line is copied out once it holds a whole aligned cache line of the
@@ -20,11 +20,25 @@
 //! shard are copied with ordinary stores, since their other elements
 //! belong to neighbouring shards. The result is the same as a plain
 //! counting sort (a test checks it against one); only the stores differ.
+//!
+//! Only a large one: non-temporal stores send the lines to memory, out of
+//! the caches, and the banding reads every shard right after. Measured on
+//! the same machine (builds with each partition in alternating rounds):
+//! the staged partition's build took 1.16x the plain one's at 10,000 keys,
+//! 1.06x at 100,000, 0.99x at 300,000 (2.4 MB of hashes), 0.95x at
+//! 1,000,000 and 0.95x at 3,000,000. So partitions of at least
+//! [`STAGED_FROM_BYTES`] take the staged scatter, smaller ones the plain
+//! one (docs/filters.md, "Fourteenth session").
 
 use super::fastrange64;
 
 /// `u64`s in a 64-byte cache line.
 const LINE_WORDS: usize = 8;
+
+/// Hash bytes from which a partition writes through staging lines with
+/// non-temporal stores (module doc): between the measured break-even
+/// (2.4 MB) and the measured gain (8 MB).
+const STAGED_FROM_BYTES: usize = 4 << 20;
 
 /// Key hashes partitioned by shard with a counting sort: shard
 /// `fastrange64(hash, num_shards)`, as queries find it, each shard's hashes
@@ -38,11 +52,19 @@ pub(crate) struct ShardedKeys {
 impl ShardedKeys {
     /// Partitions `key_hashes` into `num_shards` (at least 1) shards.
     pub(crate) fn new(key_hashes: &[u64], num_shards: usize) -> ShardedKeys {
-        let num_shards = num_shards.max(1);
-        let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
+        if std::mem::size_of_val(key_hashes) >= STAGED_FROM_BYTES {
+            Self::staged(key_hashes, num_shards)
+        } else {
+            Self::plain(key_hashes, num_shards)
+        }
+    }
+
+    /// The first index of each shard in the partition (`begins`) and one
+    /// past its last (`ends`).
+    fn count(key_hashes: &[u64], num_shards: usize) -> (Vec<usize>, Vec<usize>) {
         let mut ends = vec![0usize; num_shards];
         for &h in key_hashes {
-            ends[shard_of(h)] += 1;
+            ends[fastrange64(h, num_shards as u64) as usize] += 1;
         }
         let mut begins = vec![0usize; num_shards];
         let mut sum = 0;
@@ -51,6 +73,27 @@ impl ShardedKeys {
             sum += *end;
             *end = sum;
         }
+        (begins, ends)
+    }
+
+    /// The counting sort's scatter with ordinary stores.
+    fn plain(key_hashes: &[u64], num_shards: usize) -> ShardedKeys {
+        let num_shards = num_shards.max(1);
+        let (mut next, ends) = Self::count(key_hashes, num_shards);
+        let mut hashes = vec![0u64; key_hashes.len()];
+        for &h in key_hashes {
+            let at = &mut next[fastrange64(h, num_shards as u64) as usize];
+            hashes[*at] = h;
+            *at += 1;
+        }
+        ShardedKeys { hashes, ends }
+    }
+
+    /// The counting sort's scatter through staging lines (module doc).
+    fn staged(key_hashes: &[u64], num_shards: usize) -> ShardedKeys {
+        let num_shards = num_shards.max(1);
+        let shard_of = |h: u64| fastrange64(h, num_shards as u64) as usize;
+        let (begins, ends) = Self::count(key_hashes, num_shards);
         let mut hashes = vec![0u64; key_hashes.len()];
         // Output positions `p` with `p % LINE_WORDS == lead` start a cache
         // line: the lines are those of the buffer's addresses, wherever the
@@ -153,9 +196,9 @@ fn store_fence() {}
 mod tests {
     use super::*;
 
-    /// The partition as a plain counting sort: what `ShardedKeys::new`
-    /// must produce.
-    fn plain(key_hashes: &[u64], num_shards: usize) -> Vec<Vec<u64>> {
+    /// The partition as a plain counting sort: what every path must
+    /// produce.
+    fn reference(key_hashes: &[u64], num_shards: usize) -> Vec<Vec<u64>> {
         let mut shards = vec![Vec::new(); num_shards];
         for &h in key_hashes {
             shards[fastrange64(h, num_shards as u64) as usize].push(h);
@@ -169,11 +212,31 @@ mod tests {
             .collect()
     }
 
+    /// Every path's partition of `keys` against the reference.
+    fn assert_partitions(keys: &[u64], shards: usize) {
+        let want = reference(keys, shards);
+        for (path, sharded) in [
+            ("plain", ShardedKeys::plain(keys, shards)),
+            ("staged", ShardedKeys::staged(keys, shards)),
+            ("new", ShardedKeys::new(keys, shards)),
+        ] {
+            for (i, want) in want.iter().enumerate() {
+                assert_eq!(
+                    sharded.keys(i),
+                    &want[..],
+                    "{path}: {} keys, shard {i}/{shards}",
+                    keys.len()
+                );
+            }
+            assert_eq!(sharded.hashes.len(), keys.len());
+        }
+    }
+
     #[test]
     fn matches_a_plain_counting_sort() {
         // Sizes around the staging line (shards of 0 to 20 keys, partial
-        // first and last lines, lines that start before a shard) and a
-        // large one.
+        // first and last lines, lines that start before a shard), a large
+        // one, and one large enough that `new` stages.
         for (count, shards) in [
             (0, 1),
             (1, 1),
@@ -187,18 +250,9 @@ mod tests {
             (1000, 1000),
             (5000, 2),
             (200_000, 196),
+            (STAGED_FROM_BYTES as u64 / 8 + 1, 513),
         ] {
-            let keys = hashes(count, count ^ shards as u64);
-            let sharded = ShardedKeys::new(&keys, shards);
-            let want = plain(&keys, shards);
-            for (i, want) in want.iter().enumerate() {
-                assert_eq!(
-                    sharded.keys(i),
-                    &want[..],
-                    "{count} keys, shard {i}/{shards}"
-                );
-            }
-            assert_eq!(sharded.hashes.len(), keys.len());
+            assert_partitions(&hashes(count, count ^ shards as u64), shards);
         }
     }
 
@@ -208,10 +262,7 @@ mod tests {
         keys.extend(hashes(30, 7));
         keys.extend([0, u64::MAX, 1 << 63, 0]);
         for shards in [1, 2, 5, 64] {
-            let sharded = ShardedKeys::new(&keys, shards);
-            for (i, want) in plain(&keys, shards).iter().enumerate() {
-                assert_eq!(sharded.keys(i), &want[..], "shard {i}/{shards}");
-            }
+            assert_partitions(&keys, shards);
         }
     }
 }
