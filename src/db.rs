@@ -158,6 +158,12 @@ pub(crate) struct EngineCounters {
     pub(crate) user_bytes_written: AtomicU64,
 }
 
+/// Tries of [`DbInner::read_view`]'s lock-free loads before it takes the
+/// writer lock: a write is published every few microseconds at most, the
+/// loads take tens of nanoseconds, so a retry is rare and a second one
+/// rarer.
+const READ_VIEW_TRIES: usize = 4;
+
 pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) opts: Options,
@@ -589,8 +595,10 @@ impl Db {
         self.scan::<&[u8], _>(..)
     }
 
-    /// Freezes the memtable and waits until it (and any other frozen
-    /// memtable) is a level-0 table recorded in the manifest.
+    /// Freezes the memtable and waits until it (and every memtable frozen
+    /// before it) is a level-0 table recorded in the manifest: every write
+    /// acknowledged before the call is then in a table. Memtables frozen
+    /// by writes that run meanwhile are not waited for.
     pub fn flush(&self) -> Result<()> {
         self.check_open()?;
         self.inner.flush()
@@ -937,11 +945,20 @@ impl DbInner {
     /// Records a failure that leaves memory and disk possibly out of step:
     /// writes are refused until the database is reopened.
     pub(crate) fn set_poison(&self, err: &Error) {
-        let mut p = self.poison.lock();
-        if p.is_none() {
-            *p = Some(err.to_string());
+        {
+            let mut p = self.poison.lock();
+            if p.is_none() {
+                *p = Some(err.to_string());
+            }
         }
         self.poisoned.store(true, Ordering::Release);
+        // Notify under `bg`, the lock waiters check the flag under: a
+        // notification between a waiter's check and its wait would be lost,
+        // and `flush` would wait forever once the failed background thread
+        // has exited (found by review; the callers hold at most the writer
+        // lock, which comes before `bg`).
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
         self.done_cv.notify_all();
     }
 
@@ -1114,18 +1131,48 @@ impl DbInner {
     }
 
     /// A pinned read view: the published sequence number, then the current
-    /// super version. A batch lands in one memtable before its last
-    /// sequence number is published, and a later super version holds that
-    /// memtable or the table it was flushed to, so every batch at or below
-    /// the sequence is in the view, and the sequence hides the rest: the
-    /// view holds exactly the writes numbered up to it. (The other order,
-    /// which [`get`](Self::get) uses, is as consistent, but its sequence can
+    /// super version, then the sequence number again, until it did not
+    /// change. A batch lands in one memtable before its last sequence
+    /// number is published, and a later super version holds that memtable
+    /// or the table it was flushed to, so every batch at or below the
+    /// sequence is in the view, and the sequence hides the rest: the view
+    /// holds exactly the writes numbered up to it. (The other order, which
+    /// [`get`](Self::get) uses, is as consistent, but its sequence can
     /// exceed the last visible write: a batch published between the two
     /// loads can sit in a memtable the super version does not have.)
+    ///
+    /// Why the second load: a flush keeps only the newest version of each
+    /// key of its memtable (the readers that need an older one pin the
+    /// memtable), and so does compaction. If a write of key `k` numbered
+    /// above the sequence was published, and its memtable flushed, between
+    /// the first two loads, the super version holds `k` only at that new
+    /// number, invisible at the sequence, and the version the sequence
+    /// should see is gone: the view would answer with an older value of
+    /// `k`, or none. While the sequence stays put, every table in the super
+    /// version holds only writes at or below it, each key's newest among
+    /// them kept. After [`READ_VIEW_TRIES`] changed sequences the writer
+    /// lock (under which sequences are published) holds writes back for
+    /// the two loads.
     pub(crate) fn read_view(&self) -> (Arc<SuperVersion>, SequenceNumber) {
+        self.read_view_with(|| {})
+    }
+
+    /// [`read_view`](Self::read_view), running `between` before each load
+    /// of the super version (a test puts a write and a flush there).
+    fn read_view_with(&self, mut between: impl FnMut()) -> (Arc<SuperVersion>, SequenceNumber) {
+        let mut snapshot = self.visible_seq.load(Ordering::Acquire);
+        for _ in 0..READ_VIEW_TRIES {
+            between();
+            let sv = self.current();
+            let again = self.visible_seq.load(Ordering::Acquire);
+            if again == snapshot {
+                return (sv, snapshot);
+            }
+            snapshot = again;
+        }
+        let _writer = self.writer.lock();
         let snapshot = self.visible_seq.load(Ordering::Acquire);
-        let sv = self.current();
-        (sv, snapshot)
+        (self.current(), snapshot)
     }
 
     /// [`get`](Self::get) in a pinned read view.
@@ -1261,15 +1308,26 @@ impl DbInner {
     }
 
     pub(crate) fn flush(&self) -> Result<()> {
-        {
+        // Every memtable frozen by now has a lower log number than the
+        // active one, and every one frozen later a higher or equal one.
+        // Waiting for those below it only: waiting for no frozen memtable
+        // at all never ended while writers kept freezing new ones (found by
+        // review).
+        let active = {
             let mut w = self.writer.lock();
             self.check_writable()?;
             self.make_room(&mut w, true)?;
-        }
+            w.mem.wal_number()
+        };
         let mut bg = self.bg.lock();
         loop {
             self.check_writable()?;
-            if self.current().imms.is_empty() {
+            if self
+                .current()
+                .imms
+                .iter()
+                .all(|imm| imm.wal_number() >= active)
+            {
                 return Ok(());
             }
             if bg.shutdown {
@@ -1440,5 +1498,220 @@ impl DbInner {
         stats.compaction_bytes_written = e.compaction_bytes_written.load(Ordering::Relaxed);
         stats.user_bytes_written = e.user_bytes_written.load(Ordering::Relaxed);
         stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: `read_view` loaded the sequence, then the super version.
+    /// A write of the same key published and flushed between the two
+    /// (the flush keeps only the key's newest version) left a view that
+    /// answered with the key's older, flushed-before value. Found by
+    /// review; the interleaving is injected here.
+    #[test]
+    fn read_view_is_exact_when_a_flush_lands_between_its_loads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            background_compaction: false,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).expect("open");
+        db.put(b"k", b"old").expect("put");
+        db.flush().expect("flush");
+        db.put(b"k", b"mid").expect("put");
+        let mut injected = false;
+        let (sv, sequence) = db.inner.read_view_with(|| {
+            if !injected {
+                injected = true;
+                db.put(b"k", b"new").expect("put");
+                db.flush().expect("flush");
+            }
+        });
+        assert!(injected);
+        let got = db.inner.get_in(&sv, sequence, b"k").expect("get");
+        // Each put is one sequence number: "mid" is 2, "new" is 3.
+        let expected: &[u8] = if sequence >= 3 { b"new" } else { b"mid" };
+        assert_eq!(got.as_deref(), Some(expected), "sequence {sequence}");
+        assert_eq!(sequence, 3);
+        // The same through the public API.
+        let snapshot = db.snapshot().expect("snapshot");
+        assert_eq!(
+            snapshot.get(b"k").expect("get").as_deref(),
+            Some(&b"new"[..])
+        );
+    }
+
+    /// Regression: `set_poison` notified waiters without taking `bg`, so a
+    /// waiter that had checked the poison flag under `bg` but not yet
+    /// started waiting missed the wake-up (`flush` then waited forever once
+    /// the failed background thread had exited). Here the waiter holds
+    /// `bg` while the poisoning thread runs, then waits: with the fix the
+    /// notification waits for the lock and reaches it.
+    #[test]
+    fn poisoning_wakes_a_waiter_between_its_check_and_its_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let inner = Arc::clone(&db.inner);
+        let mut bg = inner.bg.lock();
+        assert!(inner.check_writable().is_ok());
+        let poisoner = {
+            let inner = Arc::clone(&inner);
+            std::thread::spawn(move || inner.set_poison(&Error::invalid("injected failure")))
+        };
+        // Let the poisoning thread run into the lock (or, before the fix,
+        // notify nobody).
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let waited = inner
+            .done_cv
+            .wait_for(&mut bg, std::time::Duration::from_secs(10));
+        assert!(!waited.timed_out(), "the poisoning's wake-up was lost");
+        drop(bg);
+        poisoner.join().expect("poisoner");
+        assert!(matches!(inner.check_writable(), Err(Error::Poisoned(_))));
+    }
+
+    /// The real filesystem, except that the creation of the `n`-th table
+    /// file (counting from 1) waits until gate `n` is opened.
+    #[derive(Debug, Default)]
+    struct GatedTables {
+        created: Mutex<usize>,
+        open_gates: Mutex<Vec<usize>>,
+        changed: Condvar,
+    }
+
+    impl GatedTables {
+        fn open_gate(&self, n: usize) {
+            self.open_gates.lock().push(n);
+            self.changed.notify_all();
+        }
+    }
+
+    impl FileSystem for GatedTables {
+        fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+            crate::fs::RealFs.create_dir_all(path)
+        }
+        fn create(&self, path: &Path) -> std::io::Result<Box<dyn crate::fs::WritableFile>> {
+            if path.extension().is_some_and(|e| e == "sst") {
+                let n = {
+                    let mut created = self.created.lock();
+                    *created += 1;
+                    *created
+                };
+                let mut gates = self.open_gates.lock();
+                while !gates.contains(&n) {
+                    self.changed.wait(&mut gates);
+                }
+            }
+            crate::fs::RealFs.create(path)
+        }
+        fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn crate::fs::WritableFile>> {
+            crate::fs::RealFs.open_append(path)
+        }
+        fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+            crate::fs::RealFs.read(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            crate::fs::RealFs.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+            crate::fs::RealFs.remove_file(path)
+        }
+        fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+            crate::fs::RealFs.sync_dir(path)
+        }
+        fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+            crate::fs::RealFs.list_dir(path)
+        }
+        fn truncate(&self, path: &Path, len: u64) -> std::io::Result<()> {
+            crate::fs::RealFs.truncate(path, len)
+        }
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed().as_secs() < 20,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Regression: `flush` waited until no memtable at all was frozen, so
+    /// while writers kept freezing new ones it could wait indefinitely. It
+    /// now returns once the memtables frozen up to its call are tables.
+    /// Here the memtable frozen after the call cannot be flushed (its
+    /// table's creation is held back), and `flush` must still return.
+    #[test]
+    fn flush_does_not_wait_for_memtables_frozen_after_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fs = Arc::new(GatedTables::default());
+        let opts = Options {
+            background_compaction: false,
+            memtable_bytes: 4 << 10,
+            fs: fs.clone(),
+            ..Options::default()
+        };
+        let db = Arc::new(Db::open(dir.path(), opts).expect("open"));
+        db.put(b"before", b"the flush").expect("put");
+        // The flush freezes memtable 1; its table (the first) waits.
+        let (sent, returned) = std::sync::mpsc::channel();
+        let flusher = {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || sent.send(db.flush()).expect("send"))
+        };
+        wait_until("the flush to freeze the memtable", || {
+            db.inner.current().imms.len() == 1
+        });
+        // Writes fill and freeze memtable 2.
+        let value = vec![7u8; 1024];
+        let mut i = 0u32;
+        while db.inner.current().imms.len() < 2 {
+            db.put(i.to_be_bytes(), &value).expect("put");
+            i += 1;
+            assert!(i < 1000, "memtable 2 never froze");
+        }
+        // Table 1 may be written now; table 2 (memtable 2's) may not.
+        fs.open_gate(1);
+        let result = returned
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("flush returned while a later memtable waits");
+        result.expect("flush");
+        assert_eq!(db.inner.current().imms.len(), 1);
+        assert_eq!(
+            db.get(b"before").expect("get").as_deref(),
+            Some(&b"the flush"[..])
+        );
+        fs.open_gate(2);
+        flusher.join().expect("flusher");
+        for n in 3..64 {
+            fs.open_gate(n);
+        }
+    }
+
+    /// Writes between every pair of loads: after `READ_VIEW_TRIES` the view
+    /// is taken under the writer lock, still exact.
+    #[test]
+    fn read_view_under_constant_writes_falls_back_to_the_writer_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            background_compaction: false,
+            memtable_bytes: 4 << 10,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).expect("open");
+        let mut writes = 0u64;
+        let (sv, sequence) = db.inner.read_view_with(|| {
+            writes += 1;
+            db.put(b"k", writes.to_le_bytes()).expect("put");
+            db.flush().expect("flush");
+        });
+        assert_eq!(writes, READ_VIEW_TRIES as u64);
+        assert_eq!(sequence, writes);
+        let got = db.inner.get_in(&sv, sequence, b"k").expect("get");
+        assert_eq!(got, Some(writes.to_le_bytes().to_vec()));
     }
 }
