@@ -40,6 +40,9 @@ impl DbInner {
     /// Writes a checkpoint of the database into `dest` (see the module
     /// documentation).
     pub(crate) fn checkpoint(&self, dest: &Path) -> Result<()> {
+        // One checkpoint at a time: the emptiness check below and the
+        // files written after it must not interleave with another call's.
+        let _one_at_a_time = self.checkpoint_lock.lock();
         let fs = self.fs.as_ref();
         if dest.exists() && !dest.is_dir() {
             return Err(Error::invalid(format!(

@@ -185,6 +185,10 @@ pub(crate) struct DbInner {
     /// compaction installs), each a read-modify-write of `sv`.
     sv_update: Mutex<()>,
     writer: Mutex<WriterState>,
+    /// Held for a whole [`checkpoint`](Self::checkpoint): two calls into
+    /// one destination would both find it empty, then remove or overwrite
+    /// each other's files.
+    pub(crate) checkpoint_lock: Mutex<()>,
     pub(crate) bg: Mutex<BgState>,
     /// Wakes the background threads (new frozen memtable, new level-0
     /// table, shutdown).
@@ -458,6 +462,7 @@ impl Db {
             sv: ArcSwap::from_pointee(sv),
             sv_update: Mutex::new(()),
             writer: Mutex::new(WriterState { wal, mem, last_seq }),
+            checkpoint_lock: Mutex::new(()),
             bg: Mutex::new(BgState {
                 manifest,
                 mstate,

@@ -436,10 +436,17 @@ impl Db {
         }
 
         // Every write-ahead log not yet flushed.
-        let names = inner
-            .fs
-            .list_dir(dir)
-            .map_err(|e| Error::io(dir.as_path(), e))?;
+        // A directory that cannot be listed is a problem like any other
+        // unreadable file (the doc promises `Err` only for a closed
+        // database).
+        let names = match inner.fs.list_dir(dir) {
+            Ok(names) => names,
+            Err(e) => {
+                let err = Error::io(dir.as_path(), e);
+                report.problems.push(Problem::from_error(err, dir));
+                Vec::new()
+            }
+        };
         let mut logs: Vec<u64> = names
             .iter()
             .filter_map(|n| {

@@ -123,6 +123,43 @@ fn checkpoint_refuses_a_directory_that_is_not_empty() {
     assert_eq!(check(&copy, 1, 1).unwrap().present, vec![1]);
 }
 
+/// Regression: two concurrent checkpoints into one empty directory both
+/// passed the emptiness check, and the one whose link then found the
+/// other's file removed every file it meant to make, the other's included:
+/// a checkpoint reported as written that did not open. Checkpoints of one
+/// database now run one at a time, so the second finds the directory
+/// taken.
+#[test]
+fn concurrent_checkpoints_into_one_directory_leave_one_whole_copy() {
+    let base = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(base.path().join("db"), unsynced_churn()).unwrap());
+    for b in 1..=300 {
+        db.write(&batch(b)).unwrap();
+    }
+    let dest = base.path().join("copy");
+    std::fs::create_dir(&dest).unwrap();
+    let start = Arc::new(std::sync::Barrier::new(2));
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let (db, dest, start) = (Arc::clone(&db), dest.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                start.wait();
+                db.checkpoint(&dest)
+            })
+        })
+        .collect();
+    let results: Vec<_> = callers.into_iter().map(|t| t.join().unwrap()).collect();
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 1, "{results:?}");
+    for r in &results {
+        if let Err(e) = r {
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        }
+    }
+    let copy = Db::open(&dest, unsynced_churn()).unwrap();
+    assert_eq!(check(&copy, 300, 300).unwrap().present.len(), 300);
+}
+
 #[test]
 fn a_checkpoint_taken_under_a_writer_holds_a_prefix_of_whole_batches() {
     let base = tempfile::tempdir().unwrap();

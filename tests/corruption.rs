@@ -348,7 +348,8 @@ fn verify_reports_live_damage() {
     check(&db, 240, 240).expect("reads unaffected");
 }
 
-/// How [`ManifestReadFs`] changes what a read of the manifest returns.
+/// How [`ManifestReadFs`] changes what a read of the manifest (or a listing
+/// of the directory) returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ManifestRead {
     /// The file as it is.
@@ -358,6 +359,8 @@ enum ManifestRead {
     AppendInFlight,
     /// The file without its last bytes.
     Shortened,
+    /// Listing a directory fails (the manifest reads as it is).
+    ListFails,
 }
 
 /// The real filesystem, except that reads of `MANIFEST-*` files are
@@ -390,6 +393,7 @@ impl FileSystem for ManifestReadFs {
                     data.extend_from_slice(&[0x11; 5]);
                 }
                 ManifestRead::Shortened => data.truncate(data.len() - 3),
+                ManifestRead::ListFails => {}
             }
         }
         Ok(data)
@@ -404,6 +408,9 @@ impl FileSystem for ManifestReadFs {
         RealFs.sync_dir(path)
     }
     fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        if *self.0.lock() == ManifestRead::ListFails {
+            return Err(std::io::Error::other("injected listing failure"));
+        }
         RealFs.list_dir(path)
     }
     fn truncate(&self, path: &Path, len: u64) -> std::io::Result<()> {
@@ -417,7 +424,8 @@ impl FileSystem for ManifestReadFs {
 /// on a healthy database (suspected in one crash-test failure under heavy
 /// load). It now checks the manifest up to the length the engine had
 /// written when it took its state, and still reports a manifest shorter
-/// than that.
+/// than that. Also: a directory it cannot list is a problem in the report,
+/// not an error of the call (the doc promises `Err` only when closed).
 #[test]
 fn verify_ignores_an_edit_being_appended_but_not_a_shortened_manifest() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -452,6 +460,20 @@ fn verify_ignores_an_edit_being_appended_but_not_a_shortened_manifest() {
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("MANIFEST-")));
     check(&db, 200, 200).expect("data intact");
+
+    // A directory that cannot be listed (for the logs) is a problem in
+    // the report, not an error of the call.
+    *fs.0.lock() = ManifestRead::ListFails;
+    let report = db.verify().expect("verify reports, does not fail");
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0]
+            .reason
+            .contains("injected listing failure"),
+        "{:?}",
+        report.problems
+    );
+    assert_eq!(report.problems[0].file, dir.path());
 }
 
 /// Bit rot in the last record of a manifest reads like a torn append and is
