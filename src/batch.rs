@@ -84,6 +84,16 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// Bytes of [`encode`](Self::encode)'s payload.
+    pub(crate) fn encoded_len(&self) -> usize {
+        let puts = self
+            .ops
+            .iter()
+            .filter(|op| op.kind == ValueKind::Put)
+            .count();
+        12 + self.bytes + 5 * self.ops.len() + 4 * puts
+    }
+
     /// Encodes the batch as a log payload starting at `first_seq`.
     pub(crate) fn encode(&self, first_seq: SequenceNumber) -> Vec<u8> {
         let mut out = Vec::with_capacity(12 + self.bytes + 9 * self.ops.len());

@@ -44,6 +44,11 @@ impl DbInner {
         // files written after it must not interleave with another call's.
         let _one_at_a_time = self.checkpoint_lock.lock();
         let fs = self.fs.as_ref();
+        // An empty path lists as "not found" and creates as nothing: the
+        // checkpoint would go, unchecked, into the working directory.
+        if dest.as_os_str().is_empty() {
+            return Err(Error::invalid("checkpoint destination is an empty path"));
+        }
         if dest.exists() && !dest.is_dir() {
             return Err(Error::invalid(format!(
                 "checkpoint destination {} is not a directory",
@@ -91,16 +96,20 @@ impl DbInner {
             }
             (bg.mstate.clone(), self.current())
         };
-        // Every file this call may create, listed before it is created, in
-        // creation order: on failure they are removed newest first, so a
-        // `CURRENT` never outlives the manifest it names.
+        // Every file this call creates, in creation order: on failure they
+        // are removed newest first, so a `CURRENT` never outlives the
+        // manifest it names. A table is listed once linked or copied (a
+        // failed `link_or_copy` leaves nothing of its own, and a name that
+        // already existed is not this call's to remove); the manifest's
+        // files are listed before `Manifest::create`, which may fail
+        // between them (the directory was empty, so they are this call's).
         let mut made: Vec<PathBuf> = Vec::new();
         let result = (|| {
             for record in state.levels.iter().flatten() {
                 let name = table_file_name(record.file_number);
                 let (from, to) = (self.dir.join(&name), dest.join(&name));
-                made.push(to.clone());
                 fs.link_or_copy(&from, &to).map_err(|e| Error::io(&to, e))?;
+                made.push(to);
             }
             // The checkpoint's own file numbers continue after the
             // database's; its manifest takes the next one.

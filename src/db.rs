@@ -38,7 +38,9 @@ use crate::filter::{key_hash, FilterPolicy, NoFilter};
 use crate::fs::FileSystem;
 use crate::iter::InternalIterator;
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
-use crate::manifest::{manifest_file_name, Manifest, ManifestState, TableRecord, VersionEdit};
+use crate::manifest::{
+    manifest_file_name, Manifest, ManifestState, TableRecord, VersionEdit, CURRENT_TEMP_FILE_NAME,
+};
 use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
 use crate::options::Options;
@@ -49,7 +51,7 @@ use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
 use crate::version::{
     table_file_name, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
 };
-use crate::wal::{read_log, LogWriter};
+use crate::wal::{read_log, LogWriter, MAX_RECORD_PAYLOAD};
 
 /// Most hot keys [`Db::hot_keys`] can report.
 pub const HOT_KEYS_TRACKED: usize = 64;
@@ -168,7 +170,7 @@ pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) opts: Options,
     pub(crate) fs: Arc<dyn FileSystem>,
-    _lock: File,
+    _lock: DirLock,
     /// The database's own read counters (`gets`).
     pub(crate) counters: Arc<ReadCounters>,
     /// One set per level, moved by that level's tables (a table is opened
@@ -304,6 +306,18 @@ impl Db {
             }
         }
         logs.sort_unstable();
+        // File names are capped (`parse_numbered`); a manifest whose next
+        // file number is not would make the numbers wrap.
+        if max_number > MAX_FILE_NUMBER {
+            let manifest = old_manifest
+                .map(|(n, _)| dir.join(manifest_file_name(n)))
+                .unwrap_or_else(|| dir.clone());
+            return Err(Error::corruption(
+                manifest,
+                None,
+                format!("next file number {max_number} is out of range"),
+            ));
+        }
         // The manifest's log number names the oldest log still needed. That
         // log is created (and its directory entry synced) before any
         // manifest edit names it, and deleted only after a later synced
@@ -363,11 +377,25 @@ impl Db {
                     Error::corruption(&path, Some(offset), format!("bad batch record: {why}"))
                 })?;
                 offset += record.len() as u64 + 8;
+                // A record with a valid checksum can still carry numbers
+                // no write was given (damage the checksum missed, or a
+                // crafted log): reported, not wrapped around.
+                let last = (batch.len() as u64)
+                    .checked_sub(1)
+                    .and_then(|n| first_seq.checked_add(n))
+                    .unwrap_or(first_seq);
+                if first_seq == 0 || last > MAX_SEQUENCE {
+                    return Err(Error::corruption(
+                        &path,
+                        Some(offset - record.len() as u64 - 8),
+                        format!("batch record with sequence numbers {first_seq}..={last}"),
+                    ));
+                }
                 for (i, op) in batch.ops().iter().enumerate() {
                     replay.insert(&op.key, first_seq + i as u64, op.kind, &op.value);
                 }
                 if !batch.is_empty() {
-                    last_seq = last_seq.max(first_seq + batch.len() as u64 - 1);
+                    last_seq = last_seq.max(last);
                 }
             }
         }
@@ -423,12 +451,14 @@ impl Db {
                 n != wal_number
             } else if let Some(n) = parse_numbered(name, ".sst") {
                 !live.contains(&n)
-            } else if let Some(rest) = name.strip_prefix("MANIFEST-") {
-                rest.parse::<u64>()
-                    .map(|n| n != manifest_number)
-                    .unwrap_or(false)
+            } else if let Some(n) = name
+                .strip_prefix("MANIFEST-")
+                .and_then(|rest| parse_numbered(rest, ""))
+            {
+                n != manifest_number
             } else {
-                name.ends_with(".tmp")
+                // The only temporary file this engine writes.
+                name == CURRENT_TEMP_FILE_NAME
             };
             if obsolete {
                 let p = dir.join(name);
@@ -789,7 +819,50 @@ impl Drop for Db {
     }
 }
 
-fn acquire_lock(dir: &Path) -> Result<File> {
+/// The directories this process has open as databases (canonical paths):
+/// the in-process half of [`DirLock`].
+static OPEN_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The exclusive hold of a database directory: an entry in [`OPEN_DIRS`]
+/// (against a second open in this process) and, on Unix, a POSIX record
+/// lock (`fcntl(F_SETLK)`) on its `LOCK` file (against other processes).
+///
+/// Why not `flock` (`File::try_lock`), as before the fourteenth session:
+/// an `flock` lock belongs to the open file description, which a child
+/// process forked by any thread of this one shares until it calls `exec`.
+/// Closing a database and opening it again while another thread spawned a
+/// process then failed with `Error::Locked` (caught by `tests/crash.rs`,
+/// whose other test spawns children, 2 runs in 131 under load). A POSIX
+/// record lock belongs to the process and is not inherited; the price is
+/// that closing *any* descriptor of the file drops it, so this process
+/// opens `LOCK` only here, only after `OPEN_DIRS` said the directory is
+/// not open, and closes it before removing the entry.
+pub(crate) struct DirLock {
+    file: Option<File>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for DirLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirLock").field("dir", &self.dir).finish()
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Close first: once the entry is gone another open in this process
+        // may lock the file, and a close after that would drop its lock.
+        drop(self.file.take());
+        OPEN_DIRS.lock().retain(|d| d != &self.dir);
+    }
+}
+
+fn acquire_lock(dir: &Path) -> Result<DirLock> {
+    let canonical = dir.canonicalize().map_err(io_err(dir))?;
+    let mut open = OPEN_DIRS.lock();
+    if open.contains(&canonical) {
+        return Err(Error::Locked(dir.to_path_buf()));
+    }
     let path = dir.join("LOCK");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -797,21 +870,73 @@ fn acquire_lock(dir: &Path) -> Result<File> {
         .write(true)
         .open(&path)
         .map_err(io_err(&path))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+    match lock_exclusive(&file) {
+        Ok(true) => {}
+        Ok(false) => return Err(Error::Locked(dir.to_path_buf())),
+        Err(e) => return Err(Error::io(path, e)),
+    }
+    open.push(canonical.clone());
+    Ok(DirLock {
+        file: Some(file),
+        dir: canonical,
+    })
+}
+
+/// Takes a process-owned write lock on the whole of `file` without
+/// waiting: `Ok(false)` when another process holds one.
+#[cfg(unix)]
+fn lock_exclusive(file: &File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain data; all-zero is a valid value of it.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as _;
+    lock.l_whence = libc::SEEK_SET as _;
+    lock.l_start = 0;
+    lock.l_len = 0; // to the end of the file, however long
+                    // SAFETY: `file` is open for the whole call, so its descriptor is
+                    // valid; `F_SETLK` reads the `flock` we pass by pointer and keeps no
+                    // reference to it.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(err),
     }
 }
 
-/// Parses `"{number}{suffix}"`.
+/// Takes an exclusive lock on `file` without waiting (no `fork` to worry
+/// about here): `Ok(false)` when another process holds one.
+#[cfg(not(unix))]
+fn lock_exclusive(file: &File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// The number of a file named as this engine names them (`{n:06}` and
+/// `suffix`, as [`log_file_name`] and `table_file_name` write), or `None`.
+/// Only exact names count: a directory may hold other programs' files (an
+/// application's `1.log`), and the open deletes the files it takes for its
+/// own obsolete ones. Numbers above [`MAX_FILE_NUMBER`] are not ours
+/// either (the next number must not overflow).
 fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     let stem = name.strip_suffix(suffix)?;
-    if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
+    if !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    stem.parse().ok()
+    let n: u64 = stem.parse().ok()?;
+    (n < MAX_FILE_NUMBER && format!("{n:06}") == stem).then_some(n)
 }
+
+/// The largest file number this engine gives or accepts: far beyond any
+/// database's lifetime (a new file every microsecond for 9,000 years), and
+/// far below `u64::MAX`, so the next number never overflows.
+pub(crate) const MAX_FILE_NUMBER: u64 = 1 << 58;
 
 /// Table-building options: the database's block settings and
 /// `filter_policy` (from [`filter_policy_for_write`]).
@@ -972,6 +1097,16 @@ impl DbInner {
     }
 
     fn validate_batch(&self, batch: &WriteBatch) -> Result<()> {
+        // One batch is one log record: a larger one would be refused by
+        // the log after its sequence numbers were taken, and that failure
+        // poisoned the database.
+        let encoded = batch.encoded_len();
+        if encoded > MAX_RECORD_PAYLOAD {
+            return Err(Error::invalid(format!(
+                "batch of {encoded} encoded bytes exceeds the log's record limit \
+                 ({MAX_RECORD_PAYLOAD} bytes): split it"
+            )));
+        }
         for op in batch.ops() {
             self.validate_key(&op.key)?;
             if op.value.len() > self.opts.max_value_bytes {

@@ -297,6 +297,20 @@ fn quiet(fs: &FaultFs) -> Options {
 
 // The next two tests came from a review; each failed before its fix.
 
+/// Regression: an empty destination path listed as "not found" (taken for
+/// an absent directory) and created as nothing, so the checkpoint went into
+/// the working directory unchecked, and its cleanup could remove files
+/// there that it had not made. It is now an `InvalidArgument`.
+#[test]
+fn checkpoint_to_an_empty_path_is_invalid_argument() {
+    let base = tempfile::tempdir().unwrap();
+    let db = Db::open(base.path().join("db"), unsynced_churn()).unwrap();
+    db.write(&batch(1)).unwrap();
+    let err = db.checkpoint("").unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(check(&db, 1, 1).is_ok());
+}
+
 #[test]
 fn checkpoint_into_a_regular_file_is_invalid_argument() {
     let base = tempfile::tempdir().unwrap();

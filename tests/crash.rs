@@ -178,3 +178,45 @@ fn regression_open_after_crash_with_stray_current_tmp() {
     check(&db, 20, 20).expect("data intact");
     assert!(!dir.path().join("CURRENT.tmp").exists());
 }
+
+/// Regression: the directory lock was an `flock` lock, which belongs to the
+/// open file description, and a child process forked by another thread
+/// shares that until it calls `exec`. Closing a database and opening it
+/// again while another thread spawned a process failed with
+/// `Error::Locked` (this binary's other test spawns children:
+/// `regression_open_after_crash_with_stray_current_tmp` failed so, 2 runs
+/// in 131 under load). The lock is now a process-owned POSIX record lock.
+#[test]
+fn reopen_while_another_thread_spawns_processes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut spawned = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // The test binary, listing its tests: a short-lived child.
+                let status = Command::new(&exe)
+                    .arg("--list")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .expect("spawn");
+                assert!(status.success());
+                spawned += 1;
+            }
+            spawned
+        })
+    };
+    for round in 0..300 {
+        let db = Db::open(dir.path(), churn_options())
+            .unwrap_or_else(|e| panic!("open {round} while processes spawn: {e}"));
+        db.write(&batch(round + 1)).expect("write");
+        db.close().expect("close");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(spawner.join().expect("spawner") > 0);
+    let db = Db::open(dir.path(), churn_options()).expect("final open");
+    check(&db, 300, 300).expect("every round's batch");
+}

@@ -320,6 +320,100 @@ fn misuse_gets_typed_errors() {
     assert_eq!(db.get(vec![1u8; 100]).unwrap(), Some(vec![0u8; 1000]));
 }
 
+/// Regression: a batch over the log's 1 GiB record limit passed
+/// validation, took its sequence numbers, was refused by the log, and that
+/// refusal poisoned the database (every later write failed until a
+/// reopen). It is now an `InvalidArgument` before anything happens.
+#[test]
+fn a_batch_over_the_log_record_limit_is_refused_without_poisoning() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let value = vec![0x5au8; 64 << 20];
+    let mut batch = WriteBatch::new();
+    for i in 0..17u8 {
+        batch.put([b'v', i], &value);
+    }
+    drop(value);
+    match db.write(&batch) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("record limit"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    drop(batch);
+    assert_eq!(db.get([b'v', 0]).unwrap(), None);
+    db.put(b"after", b"ok").unwrap();
+    db.flush().unwrap();
+    assert_eq!(db.get(b"after").unwrap().as_deref(), Some(&b"ok"[..]));
+}
+
+/// Regression: `Db::open` took any `<digits>.log`, `<digits>.sst`,
+/// `MANIFEST-<anything numeric>` and `*.tmp` for its own, and deleted the
+/// ones it found obsolete: an application's `1.log` or `upload.tmp` in the
+/// directory was gone after the open. Only the exact names the engine
+/// writes (`000001.log`) count now, and numbers too large to be ours are
+/// ignored instead of overflowing.
+#[test]
+fn open_leaves_other_programs_files_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = [
+        "1.log",
+        "2.log",
+        "upload.tmp",
+        "7.sst",
+        "MANIFEST-1",
+        "MANIFEST-x",
+        "18446744073709551615.sst",
+        "99999999999999999999.log",
+        "notes.txt",
+    ];
+    for name in foreign {
+        std::fs::write(dir.path().join(name), b"not sievedb's").unwrap();
+    }
+    for round in 0..2 {
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        db.put(b"k", [round]).unwrap();
+        db.flush().unwrap();
+        db.close().unwrap();
+        for name in foreign {
+            assert_eq!(
+                std::fs::read(dir.path().join(name)).unwrap(),
+                b"not sievedb's",
+                "{name} after open {round}"
+            );
+        }
+    }
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.get(b"k").unwrap(), Some(vec![1]));
+}
+
+/// A log record with a valid checksum whose sequence numbers run past the
+/// largest one is corruption, named with the log, not a wrapped number.
+#[test]
+fn a_log_record_with_impossible_sequence_numbers_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("000009.log");
+    let mut payload = Vec::new();
+    payload.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
+    payload.extend_from_slice(&3u32.to_le_bytes());
+    for key in [b"a", b"b", b"c"] {
+        payload.push(1);
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(key);
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.push(b'v');
+    }
+    let mut writer = sievedb::wal::LogWriter::create(&sievedb::fs::RealFs, &log).unwrap();
+    writer.add_record(&payload).unwrap();
+    writer.sync().unwrap();
+    drop(writer);
+    match Db::open(dir.path(), Options::default()) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, log);
+            assert_eq!(offset, Some(0));
+        }
+        other => panic!("expected Corruption, got {other:?}"),
+    }
+}
+
 #[test]
 fn scans_are_point_in_time() {
     let dir = tempfile::tempdir().unwrap();
