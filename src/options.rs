@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::filter::budget::FilterBudget;
-use crate::filter::{BloomPolicy, FilterPolicy};
+use crate::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::fs::{FileSystem, RealFs};
 use crate::sstable::Compression;
 
@@ -284,6 +284,7 @@ impl Options {
             self.block_cache_bytes as u64 <= MAX_BLOCK_CACHE_BYTES,
             "block_cache_bytes must be at most 1 TiB",
         )?;
+        check_reserved_policy_name(&self.filter_policy)?;
         Ok(())
     }
 
@@ -294,5 +295,28 @@ impl Options {
             target = target.saturating_mul(self.level_size_multiplier);
         }
         target
+    }
+}
+
+/// A policy whose name starts with [`BUILTIN_NAME_PREFIX`] has its filters
+/// read back as built-in filter bytes, whatever it wrote. A custom policy
+/// under such a name (a wrapper that salts the hashes, say) would then be
+/// queried the wrong way: false negatives, keys that exist reported
+/// absent. So such a policy must build filters that read back as built-in
+/// ones without a false negative, checked on 256 key hashes.
+fn check_reserved_policy_name(policy: &Arc<dyn FilterPolicy>) -> Result<()> {
+    let name = policy.name();
+    if !name.starts_with(BUILTIN_NAME_PREFIX) {
+        return Ok(());
+    }
+    let hashes: Vec<u64> = (0..256u64).map(|i| key_hash(&i.to_le_bytes())).collect();
+    let filter = Filter::for_policy(name, policy.build(&hashes), policy);
+    if hashes.iter().all(|&h| filter.may_contain(h)) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "filter policy {name:?} uses the reserved prefix {BUILTIN_NAME_PREFIX:?}, \
+             but its filters do not read back as built-in ones: rename it"
+        )))
     }
 }

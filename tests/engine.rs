@@ -414,6 +414,70 @@ fn a_log_record_with_impossible_sequence_numbers_is_corruption() {
     }
 }
 
+/// A Bloom filter over salted hashes: correct under its own name, wrong if
+/// its bytes were read as a plain built-in Bloom filter.
+struct SaltedBloom(&'static str);
+
+impl sievedb::filter::FilterPolicy for SaltedBloom {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        let salted: Vec<u64> = key_hashes
+            .iter()
+            .map(|h| h ^ 0x9e37_79b9_7f4a_7c15)
+            .collect();
+        BloomPolicy::new(10.0).build(&salted)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        BloomPolicy::new(10.0).may_contain(filter, key_hash ^ 0x9e37_79b9_7f4a_7c15)
+    }
+}
+
+/// Regression: a custom policy named with the built-in prefix `sievedb.`
+/// had its filters read as built-in bytes, so a salted wrapper gave false
+/// negatives (keys that exist reported absent). `Db::open` now refuses a
+/// policy under that prefix whose filters do not read back as built-in
+/// ones; under its own name the same policy works.
+#[test]
+fn a_custom_policy_under_the_reserved_prefix_is_refused() {
+    use sievedb::filter::FilterPolicy;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = |name: &'static str| Options {
+        filter_policy: Arc::new(SaltedBloom(name)),
+        ..small_options()
+    };
+    match Db::open(dir.path(), opts("sievedb.SaltedBloom")) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("reserved prefix"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let db = Db::open(dir.path(), opts("example.SaltedBloom")).unwrap();
+    for i in 0..3000 {
+        db.put(key(i), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..3000 {
+        assert_eq!(
+            db.get(key(i)).unwrap().as_deref(),
+            Some(&b"v"[..]),
+            "key {i}"
+        );
+    }
+    // The built-in policies themselves pass the check.
+    assert_eq!(BloomPolicy::new(10.0).name(), "sievedb.BlockedBloom");
+    for policy in [
+        Arc::new(BloomPolicy::new(10.0)) as Arc<dyn FilterPolicy>,
+        Arc::new(RibbonPolicy::new(10.0)),
+        Arc::new(NoFilter),
+    ] {
+        let opts = Options {
+            filter_policy: policy,
+            ..Options::default()
+        };
+        opts.validate().unwrap();
+    }
+}
+
 #[test]
 fn scans_are_point_in_time() {
     let dir = tempfile::tempdir().unwrap();

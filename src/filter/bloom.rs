@@ -294,7 +294,7 @@ pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
         }
     }
     // Beyond the table the optimum keeps growing at about bits/key / 2.
-    ((millibits / 2000) as u32).clamp(12, MAX_PROBES)
+    (millibits / 2000).clamp(12, i64::from(MAX_PROBES)) as u32
 }
 
 /// Expected false-positive rate of a 512-bit blocked Bloom filter as
@@ -1916,6 +1916,10 @@ mod tests {
         assert_eq!(probes_for_bits_per_key(16.0), 9);
         assert_eq!(probes_for_bits_per_key(1.0), 1);
         assert_eq!(probes_for_bits_per_key(100.0), 30);
+        // Far beyond any policy (policies clamp to 100): still the cap, not a
+        // wrapped count.
+        assert_eq!(probes_for_bits_per_key(1e10), 30);
+        assert_eq!(probes_for_bits_per_key(f64::MAX), 30);
     }
 
     #[test]

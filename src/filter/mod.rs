@@ -122,7 +122,11 @@ pub fn prefix_hash(prefix: &[u8]) -> u64 {
 /// to [`build`](FilterPolicy::build), `may_contain(filter, h)` is true.
 pub trait FilterPolicy: Send + Sync {
     /// A stable name recorded in every table built with this policy. Built-in
-    /// policies use names that start with [`BUILTIN_NAME_PREFIX`].
+    /// policies use names that start with [`BUILTIN_NAME_PREFIX`]; filters
+    /// recorded under such a name are read as built-in filter bytes, so a
+    /// custom policy must not use that prefix
+    /// ([`Options::validate`](crate::Options::validate) refuses one whose
+    /// filters do not read back as built-in ones).
     fn name(&self) -> &str;
 
     /// Builds filter bytes for a set of key hashes (from [`key_hash`]).
