@@ -41,8 +41,14 @@ impl ValueKind {
 }
 
 /// Packs a sequence number and kind into a trailer value.
+///
+/// `seq` must be at most [`MAX_SEQUENCE`]: the trailer has 56 bits for it,
+/// and higher bits are lost (a debug build panics). The engine never hands
+/// out a larger number, and [`TableBuilder::add`](crate::sstable::TableBuilder::add)
+/// refuses one with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 #[inline]
 pub fn pack_trailer(seq: SequenceNumber, kind: ValueKind) -> u64 {
+    debug_assert!(seq <= MAX_SEQUENCE, "sequence {seq} over MAX_SEQUENCE");
     (seq << 8) | kind as u64
 }
 
@@ -52,7 +58,8 @@ pub fn unpack_trailer(trailer: u64) -> Option<(SequenceNumber, ValueKind)> {
     ValueKind::from_u8((trailer & 0xff) as u8).map(|k| (trailer >> 8, k))
 }
 
-/// Appends the encoded internal key to `out`.
+/// Appends the encoded internal key to `out`. `seq` must be at most
+/// [`MAX_SEQUENCE`] (see [`pack_trailer`]).
 #[inline]
 pub fn encode_internal_key(
     out: &mut Vec<u8>,
@@ -105,7 +112,8 @@ pub struct InternalKey {
 }
 
 impl InternalKey {
-    /// Builds an internal key.
+    /// Builds an internal key. Its [`encode`](Self::encode)d form keeps
+    /// `seq` only up to [`MAX_SEQUENCE`] (see [`pack_trailer`]).
     pub fn new(user_key: impl Into<Vec<u8>>, seq: SequenceNumber, kind: ValueKind) -> Self {
         InternalKey {
             user_key: user_key.into(),

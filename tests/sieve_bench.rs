@@ -308,3 +308,51 @@ fn bad_arguments_are_rejected_with_a_message() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("peers"));
     }
 }
+
+#[test]
+fn an_unwritable_output_path_fails_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    // A directory where the JSON file should go, and a chart under a
+    // regular file (its parent cannot be created).
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"x").unwrap();
+    for (flag, path) in [
+        ("--json", dir.path().to_path_buf()),
+        ("--chart", blocker.join("chart.svg")),
+    ] {
+        let out = Command::new(BIN)
+            .args(["--num", "200000"])
+            .arg("--dir")
+            .arg(&db)
+            .arg(flag)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {path:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("I/O error on"), "{flag}: {err}");
+        // Nothing was loaded: the run never started.
+        assert!(!db.exists(), "{flag}: the benchmark ran before failing");
+        assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+    }
+    // An existing writable file passes the check and receives the report.
+    let json = dir.path().join("old.json");
+    std::fs::write(&json, b"previous").unwrap();
+    let out = Command::new(BIN)
+        .args(["--num", "1000", "--benchmarks", "fillrandom,readrandom"])
+        .arg("--dir")
+        .arg(&db)
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(dir.path().join("chart.svg"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_to_string(&json).unwrap().contains("\"runs\""));
+}

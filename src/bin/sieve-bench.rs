@@ -563,6 +563,8 @@ fn run_one(
 
 fn run(args: &Args) -> BenchResult<Report> {
     let plan = plan(args)?;
+    report::check_writable(&args.json)?;
+    report::check_writable(&args.chart)?;
     let started = Instant::now();
     let tmp;
     let base = match &args.dir {

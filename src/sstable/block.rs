@@ -34,7 +34,14 @@ pub(crate) struct BlockBuilder {
     since_restart: usize,
     last_key: Vec<u8>,
     entries: usize,
+    /// Largest size the finished block may reach: `u32::MAX`, what its
+    /// restart offsets address (lowered by tests).
+    limit: usize,
 }
+
+/// Bytes an entry can add to a block besides its key and value: three
+/// varints of at most 5 bytes (lengths below 4 GiB) and one restart offset.
+const ENTRY_OVERHEAD_BOUND: usize = 3 * 5 + 4;
 
 impl BlockBuilder {
     /// A builder that places a restart point every `restart_interval`
@@ -47,11 +54,32 @@ impl BlockBuilder {
             since_restart: 0,
             last_key: Vec::new(),
             entries: 0,
+            limit: u32::MAX as usize,
         }
     }
 
+    /// The same builder with a lower size limit, so tests can reach it.
+    #[cfg(test)]
+    pub(crate) fn with_limit(mut self, limit: usize) -> BlockBuilder {
+        self.limit = limit.min(u32::MAX as usize);
+        self
+    }
+
+    /// True when an entry with a `key_len`-byte key and a `value_len`-byte
+    /// value certainly keeps the finished block within the 4 GiB its `u32`
+    /// restart offsets address. Conservative: counts the whole key even if
+    /// it shares a prefix with the previous one.
+    pub(crate) fn has_room_for(&self, key_len: usize, value_len: usize) -> bool {
+        self.estimated_size()
+            .saturating_add(key_len)
+            .saturating_add(value_len)
+            .saturating_add(ENTRY_OVERHEAD_BOUND)
+            <= self.limit
+    }
+
     /// Appends an entry. The caller guarantees keys arrive in order and that
-    /// the block stays below 4 GiB (restart offsets are `u32`).
+    /// the block stays below 4 GiB (restart offsets are `u32`; see
+    /// [`has_room_for`](Self::has_room_for)).
     pub(crate) fn add(&mut self, key: &[u8], value: &[u8]) {
         let shared = if self.entries == 0 || self.since_restart >= self.restart_interval {
             self.restarts.push(self.buf.len() as u32);

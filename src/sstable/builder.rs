@@ -34,6 +34,10 @@ pub const BLOCK_BYTES_RANGE: std::ops::RangeInclusive<usize> = 64..=(64 << 20);
 /// Accepted range of [`TableOptions::restart_interval`].
 pub const RESTART_INTERVAL_RANGE: std::ops::RangeInclusive<usize> = 1..=1024;
 
+/// Longest encoding of a [`BlockHandle`] in an index entry: two 64-bit
+/// varints of at most 10 bytes each.
+const MAX_HANDLE_VARINT_LEN: usize = 20;
+
 /// Bytes gathered before one `append` to the file (fewer system calls than
 /// one per block).
 const WRITE_BUFFER_BYTES: usize = 256 << 10;
@@ -287,8 +291,25 @@ impl TableBuilder {
         if self.data_block.is_empty() {
             return Ok(());
         }
+        // A data block stays far below 4 GiB (`block_bytes` plus one entry
+        // of at most `MAX_KEY_LEN + MAX_VALUE_LEN`), but the index gathers
+        // one full key per data block: with keys near `MAX_KEY_LEN`, a few
+        // thousand blocks (a table of gigabytes) would overflow its `u32`
+        // restart offsets and write a table that reads back wrong. Refuse
+        // instead; the entries already added cannot be written.
+        if !self
+            .index_block
+            .has_room_for(self.data_block.last_key().len(), MAX_HANDLE_VARINT_LEN)
+        {
+            self.failed = true;
+            return Err(Error::invalid(format!(
+                "the index block of {} would exceed 4 GiB (too many data blocks with long keys); \
+                 write smaller tables or shorter keys",
+                self.path.display()
+            )));
+        }
         let handle = self.write_block(BlockSource::Data)?;
-        let mut value = Vec::with_capacity(20);
+        let mut value = Vec::with_capacity(MAX_HANDLE_VARINT_LEN);
         handle.encode_varint(&mut value);
         self.index_block.add(self.data_block.last_key(), &value);
         self.data_block.reset();
@@ -424,4 +445,58 @@ enum BlockSource {
     Data,
     Index,
     Bytes(Vec<u8>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::RealFs;
+
+    /// A builder whose data blocks close after every entry (64-byte
+    /// blocks, 100-byte keys), so its index gains one full key per entry.
+    fn one_entry_blocks(dir: &std::path::Path) -> TableBuilder {
+        let opts = TableOptions {
+            block_bytes: 64,
+            ..TableOptions::default()
+        };
+        TableBuilder::new(&RealFs, &dir.join("000001.sst"), 1, opts).unwrap()
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        let mut k = vec![b'k'; 100];
+        k[96..].copy_from_slice(&i.to_be_bytes());
+        k
+    }
+
+    #[test]
+    fn an_index_block_past_its_limit_is_refused_not_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        // The index may hold about 5 entries of 108-byte internal keys.
+        let mut b = one_entry_blocks(dir.path());
+        b.index_block = BlockBuilder::new(1).with_limit(700);
+        let mut refused_at = None;
+        for i in 0..20 {
+            if let Err(e) = b.add(&key(i), 1, ValueKind::Put, b"v") {
+                assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+                assert!(e.to_string().contains("index block"), "{e}");
+                refused_at = Some(i);
+                break;
+            }
+        }
+        let refused_at = refused_at.expect("the index limit was never enforced");
+        assert!(
+            (4..=7).contains(&refused_at),
+            "refused at entry {refused_at}"
+        );
+        // The builder is spent: nothing more is added, and it cannot finish.
+        assert!(b.add(&key(100), 1, ValueKind::Put, b"v").is_err());
+        assert!(b.finish().is_err());
+
+        // The same entries with the real limit build a table.
+        let mut b = one_entry_blocks(dir.path());
+        for i in 0..20 {
+            b.add(&key(i), 1, ValueKind::Put, b"v").unwrap();
+        }
+        assert_eq!(b.finish().unwrap().entries, 20);
+    }
 }

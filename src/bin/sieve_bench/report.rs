@@ -347,6 +347,29 @@ fn ensure_parent(path: &Path) -> BenchResult<()> {
     }
 }
 
+/// Checks, before a run, that `path` can be written when the run ends: its
+/// parent directory is created, an existing file is opened for writing (not
+/// truncated) and a new one is created and removed again. A path that is a
+/// directory, or lies in one that cannot be written, fails here instead of
+/// after minutes of benchmarking.
+pub fn check_writable(path: &Path) -> BenchResult<()> {
+    ensure_parent(path)?;
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map(drop)
+            .map_err(io_err(path))
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        std::fs::remove_file(path).map_err(io_err(path))
+    }
+}
+
 /// Writes the report as pretty JSON.
 pub fn write_json(report: &Report, path: &Path) -> BenchResult<()> {
     ensure_parent(path)?;
