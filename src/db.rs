@@ -56,21 +56,55 @@ use crate::wal::{read_log, LogWriter, MAX_RECORD_PAYLOAD};
 /// Most hot keys [`Db::hot_keys`] can report.
 pub const HOT_KEYS_TRACKED: usize = 64;
 /// Count-min error of the hot-key sketch, relative to the reads observed:
-/// 2,719 counters per row, 4 rows (delta 2%): about 43 KiB, cache-resident.
+/// 2,719 counters per row, 4 rows (delta 2%) of 8 bytes: about 85 KiB,
+/// L2-resident.
 const HOT_KEYS_EPSILON: f64 = 0.001;
 const HOT_KEYS_DELTA: f64 = 0.02;
 /// Hot-key counts halve every this many sampled reads (2^23 reads), so the
 /// list follows recent traffic.
 const HOT_KEYS_AGING_PERIOD: u64 = 1 << 20;
-/// One point read in this many (counted per thread) feeds the hot-key
-/// sketch: a hot key is read often enough to be sampled many times, and the
-/// sketch's cost (a conservative count-min update, ~30-50 ns) is paid on one
-/// read in eight instead of every read (a missing-key get is ~150 ns).
+/// On average one point read in this many feeds the hot-key sketch: a hot
+/// key is read often enough to be sampled many times, and the sketch's cost
+/// (a conservative count-min update, ~30-50 ns) is paid on one read in
+/// eight instead of every read (a missing-key get is ~150 ns). Each read is
+/// sampled independently with probability 1/8, not every eighth read: a
+/// counter would alias with any access pattern whose period divides 8 (two
+/// keys read in turn would show as one key read twice as often).
 const HOT_KEYS_SAMPLE_EVERY: u32 = 8;
+/// `log2(HOT_KEYS_SAMPLE_EVERY)`: a read is sampled when this many top bits
+/// of the thread's next random number are zero.
+const HOT_KEYS_SAMPLE_BITS: u32 = HOT_KEYS_SAMPLE_EVERY.trailing_zeros();
+const _: () = assert!(HOT_KEYS_SAMPLE_EVERY.is_power_of_two());
 
 thread_local! {
-    /// Point reads made by this thread, for hot-key sampling.
-    static HOT_KEYS_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// This thread's xorshift64 state for hot-key sampling (never zero).
+    static HOT_KEYS_SAMPLER: std::cell::Cell<u64> = std::cell::Cell::new(sampler_seed());
+}
+
+/// A distinct non-zero starting state for each thread's sampler: a global
+/// counter, stepped by the golden-ratio constant and mixed (SplitMix64's
+/// finaliser), so that threads do not sample in step.
+fn sampler_seed() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut z = NEXT
+        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
+/// True for a random one in [`HOT_KEYS_SAMPLE_EVERY`] calls on this thread.
+#[inline]
+fn sample_this_read() -> bool {
+    HOT_KEYS_SAMPLER.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x >> (64 - HOT_KEYS_SAMPLE_BITS) == 0
+    })
 }
 
 /// The read counters of `level`'s tables. Every level a table can be in has
@@ -1244,18 +1278,13 @@ impl DbInner {
         Ok(())
     }
 
-    /// Feeds one read in [`HOT_KEYS_SAMPLE_EVERY`] (per thread) to the
+    /// Feeds a random one in [`HOT_KEYS_SAMPLE_EVERY`] reads to the
     /// hot-key sketch, never waiting: under contention the observation is
     /// skipped rather than serialising readers on the sketch.
     #[inline]
     fn sample_read(&self, key: &[u8], hash: u64) {
         if let Some(hot) = &self.hot_keys {
-            let sampled = HOT_KEYS_SAMPLE.with(|n| {
-                let next = n.get().wrapping_add(1);
-                n.set(next);
-                next % HOT_KEYS_SAMPLE_EVERY == 0
-            });
-            if sampled {
+            if sample_this_read() {
                 if let Some(mut hot) = hot.try_lock() {
                     hot.observe_hash(key, hash);
                 }
@@ -1582,10 +1611,12 @@ impl DbInner {
     }
 
     fn stats(&self) -> Stats {
-        let mut stats = Stats::default();
         // The database's own set moves `gets` only; tables move their
         // levels' sets, added below.
-        self.counters.add_unleveled_into(&mut stats);
+        let mut stats = Stats {
+            gets: self.counters.gets.load(Ordering::Relaxed),
+            ..Stats::default()
+        };
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
@@ -1607,15 +1638,7 @@ impl DbInner {
             // while reads run.
             let counters = counters_of(&self.level_counters, i);
             counters.snapshot_into_level(&mut level);
-            stats.filter_checks += level.filter_checks;
-            stats.filter_negatives += level.filter_negatives;
-            stats.filter_false_positives += level.filter_false_positives;
-            stats.filter_true_positives += level.filter_true_positives;
-            stats.data_block_reads += level.data_block_reads;
-            stats.block_cache_hits += level.block_cache_hits;
-            stats.block_cache_misses += level.block_cache_misses;
-            stats.get_data_block_reads += level.get_data_block_reads;
-            counters.add_unleveled_into(&mut stats);
+            ReadCounters::add_level_into(&level, &mut stats);
             for t in tables {
                 let meta = t.table.meta();
                 level.tables += 1;

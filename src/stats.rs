@@ -80,16 +80,27 @@ impl ReadCounters {
         level.block_cache_hits = l(&self.block_cache_hits);
         level.block_cache_misses = l(&self.block_cache_misses);
         level.get_data_block_reads = l(&self.get_data_block_reads);
+        level.bytes_read = l(&self.bytes_read);
+        level.prefix_filter_checks = l(&self.prefix_filter_checks);
+        level.prefix_filter_negatives = l(&self.prefix_filter_negatives);
     }
 
-    /// Adds the counters [`LevelStats`] does not show (gets, bytes read,
-    /// prefix-filter checks) into `stats`' totals.
-    pub(crate) fn add_unleveled_into(&self, stats: &mut Stats) {
-        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        stats.gets += l(&self.gets);
-        stats.bytes_read += l(&self.bytes_read);
-        stats.prefix_filter_checks += l(&self.prefix_filter_checks);
-        stats.prefix_filter_negatives += l(&self.prefix_filter_negatives);
+    /// Adds `level`'s read fields (as [`snapshot_into_level`] read them)
+    /// into `stats`' totals.
+    ///
+    /// [`snapshot_into_level`]: Self::snapshot_into_level
+    pub(crate) fn add_level_into(level: &LevelStats, stats: &mut Stats) {
+        stats.filter_checks += level.filter_checks;
+        stats.filter_negatives += level.filter_negatives;
+        stats.filter_false_positives += level.filter_false_positives;
+        stats.filter_true_positives += level.filter_true_positives;
+        stats.data_block_reads += level.data_block_reads;
+        stats.block_cache_hits += level.block_cache_hits;
+        stats.block_cache_misses += level.block_cache_misses;
+        stats.get_data_block_reads += level.get_data_block_reads;
+        stats.bytes_read += level.bytes_read;
+        stats.prefix_filter_checks += level.prefix_filter_checks;
+        stats.prefix_filter_negatives += level.prefix_filter_negatives;
     }
 
     /// Copies the counters into `stats`.
@@ -144,6 +155,14 @@ pub struct LevelStats {
     pub block_cache_misses: u64,
     /// Data blocks of the level's tables read by point reads.
     pub get_data_block_reads: u64,
+    /// Bytes of the level's data blocks read, as stored in the file (by
+    /// point reads and scans).
+    pub bytes_read: u64,
+    /// Prefix scans that asked the filter of one of the level's tables
+    /// about their prefix.
+    pub prefix_filter_checks: u64,
+    /// Of those, answers "absent": tables skipped without reading them.
+    pub prefix_filter_negatives: u64,
 }
 
 /// A snapshot of the database's counters and shape, from `Db::stats`.

@@ -87,6 +87,8 @@ fn reads_count_in_the_level_that_served_them() {
         s.data_block_reads > s.get_data_block_reads,
         "the scan read blocks too"
     );
+    assert_eq!(level_sum(&s, |l| l.bytes_read), s.bytes_read);
+    assert!(s.levels[deep].bytes_read > 0 && s.levels[0].bytes_read > 0);
     assert!(s.levels[deep].filter_negatives > 0 && s.levels[0].filter_negatives > 0);
 
     // Counters survive no reopen, but per-level attribution holds after one.

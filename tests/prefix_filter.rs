@@ -419,4 +419,15 @@ fn a_prefix_equal_to_the_edge_keys_of_tables_finds_them() {
     let s = db.stats();
     assert!(s.prefix_filter_negatives <= s.prefix_filter_checks);
     assert!(s.prefix_filter_checks > 0);
+    // Per level, adding up to the totals.
+    let per_level = |f: fn(&sievedb::LevelStats) -> u64| s.levels.iter().map(f).sum::<u64>();
+    assert_eq!(
+        per_level(|l| l.prefix_filter_checks),
+        s.prefix_filter_checks
+    );
+    assert_eq!(
+        per_level(|l| l.prefix_filter_negatives),
+        s.prefix_filter_negatives
+    );
+    assert!(s.levels[0].prefix_filter_checks > 0);
 }

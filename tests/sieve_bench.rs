@@ -356,3 +356,59 @@ fn an_unwritable_output_path_fails_before_the_run() {
     );
     assert!(std::fs::read_to_string(&json).unwrap().contains("\"runs\""));
 }
+
+#[test]
+fn a_read_before_the_first_fill_is_an_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    for order in [
+        "readrandom,fillseq",
+        "fillseq,readrandom,fillrandom",
+        "scan",
+    ] {
+        let out = Command::new(BIN)
+            .args(["--num", "100", "--filter", "bloom", "--benchmarks", order])
+            .arg("--dir")
+            .arg(dir.path().join("db"))
+            .arg("--json")
+            .arg(dir.path().join("r.json"))
+            .arg("--chart")
+            .arg(dir.path().join("c.svg"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if order.starts_with("fillseq") {
+            assert!(out.status.success(), "{order}: {err}");
+        } else {
+            assert!(!out.status.success(), "{order} succeeded");
+            assert!(err.contains("invalid argument"), "{order}: {err}");
+            assert!(err.contains("need a fill first"), "{order}: {err}");
+        }
+    }
+}
+
+/// A compaction between read phases changes the tree; the missing-key
+/// check must use the tree its reads ran against (with no filter, every
+/// covering table costs exactly one block, so measured equals expected).
+#[test]
+fn expected_blocks_use_the_shape_the_missing_reads_ran_against() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_bench(
+        dir.path(),
+        &[
+            "--num",
+            "20000",
+            "--filter",
+            "none",
+            "--benchmarks",
+            "fillseq,readrandom,compact,readmissing",
+        ],
+    );
+    let missing = &run_of(&v, "none")["missing"];
+    let measured = f(missing, &["measured_blocks_per_get"]);
+    let expected = f(missing, &["expected_blocks_per_get"]);
+    assert!(measured > 0.5, "measured {measured}");
+    assert!(
+        (measured - expected).abs() < 1e-9,
+        "measured {measured}, expected {expected}"
+    );
+}

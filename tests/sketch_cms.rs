@@ -313,6 +313,9 @@ fn invalid_headers_behind_a_valid_checksum_are_rejected() {
         // A header claiming 2^28 counters must not allocate 2 GiB.
         (8, &(1u32 << 27).to_le_bytes()[..], "huge width"),
         (32, &5u64.to_le_bytes()[..], "aging clock"),
+        // Width and depth at u32::MAX: their product times 8 passes
+        // u64::MAX (an overflow panic in a debug build before the fix).
+        (8, &[0xff; 8][..], "width x depth overflow"),
     ] {
         let err = CountMinSketch::from_bytes(&patch(at, value)).unwrap_err();
         assert!(err.is_corruption(), "{what}: {err}");

@@ -431,8 +431,9 @@ impl CountMinSketch {
         let total = u64::from_le_bytes(array(&body[40..48]));
         // Check the length against the shape before allocating anything, so
         // a damaged header cannot ask for gigabytes.
-        let expected = width as u64 * depth as u64 * 8;
-        if (body.len() - HEADER_LEN) as u64 != expected {
+        // In 128 bits: two `u32`s times 8 can pass `u64::MAX`.
+        let expected = width as u128 * depth as u128 * 8;
+        if (body.len() - HEADER_LEN) as u128 != expected {
             return Err(bad(
                 HEADER_LEN,
                 format!(

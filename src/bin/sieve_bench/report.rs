@@ -56,7 +56,11 @@ pub struct MissingCheck {
     pub filter_checks_per_get: f64,
     /// The policy's false-positive rate (1 for no filter).
     pub theoretical_fp_rate: f64,
-    /// `covering_tables_per_get * theoretical_fp_rate`.
+    /// The sum, over the tables covering each missing key, of that table's
+    /// expected false-positive rate (at the bits per key it records, 1 for
+    /// a table without a filter), averaged over the missing gets; equal to
+    /// `covering_tables_per_get * theoretical_fp_rate` when every table
+    /// has the policy's filter at the setting.
     pub expected_blocks_per_get: f64,
     /// Data blocks read per missing get, measured.
     pub measured_blocks_per_get: f64,
@@ -93,7 +97,8 @@ pub struct Run {
     pub keys: u64,
     /// The phases, in run order.
     pub phases: Vec<PhaseResult>,
-    /// The tree's shape before the read phases.
+    /// The tree's shape under the last read phases: taken at the first read
+    /// phase after the last fill or compaction.
     pub shape: Option<ShapeSummary>,
     /// Missing-key check (when `readmissing` ran on sievedb).
     pub missing: Option<MissingCheck>,
