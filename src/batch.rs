@@ -9,9 +9,17 @@
 //! first_seq: u64 | count: u32 | count x op
 //! op = kind: u8 (0 delete, 1 put) | key_len: u32 | key | [value_len: u32 | value]   (value only for put)
 //! ```
+//!
+//! The writer gives batches consecutive sequence numbers in log order, and a
+//! log's seal (an empty batch, `Db`'s `seal_log`) carries the next unused
+//! number without taking it. So the records of the logs a recovery replays,
+//! in order, form one unbroken chain ([`SequenceChain`]): a record that
+//! does not start where the previous one ended means records between them
+//! were lost, such as the last write of an earlier log together with its
+//! seal (which a torn-tail scan cannot tell from a crash's torn write).
 
 use crate::error::{Error, Result};
-use crate::key::{SequenceNumber, ValueKind};
+use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
 
 /// A group of puts and deletes applied atomically by
 /// [`Db::write`](crate::Db::write).
@@ -193,5 +201,62 @@ mod tests {
         for cut in 0..enc.len() {
             assert!(WriteBatch::decode(&enc[..cut], corrupt).is_err());
         }
+    }
+}
+
+/// Checks that log records continue one another's sequence numbers (module
+/// documentation): each batch starts right after the previous batch's last
+/// number, and a seal carries that next number. The first record seen
+/// starts the chain anywhere.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SequenceChain {
+    /// The number the next record must start at, once one was seen.
+    next: Option<SequenceNumber>,
+}
+
+impl SequenceChain {
+    /// Takes the next record, a batch of `ops` operations from `first_seq`
+    /// (`ops == 0`: a seal). `Err` says why it does not continue the chain;
+    /// the chain then restarts from this record.
+    pub(crate) fn take(
+        &mut self,
+        first_seq: SequenceNumber,
+        ops: usize,
+    ) -> std::result::Result<(), String> {
+        let expected = self.next;
+        if ops > 0 {
+            self.next = Some(first_seq.saturating_add(ops as u64));
+        } else {
+            self.next = Some(first_seq);
+        }
+        match expected {
+            // A seal after the very last number carries that number
+            // (`min(last + 1, MAX_SEQUENCE)`); nothing can follow it.
+            Some(want) if ops == 0 && want == MAX_SEQUENCE + 1 && first_seq == MAX_SEQUENCE => {
+                self.next = Some(want);
+                Ok(())
+            }
+            Some(want) if want != first_seq => Err(if first_seq > want {
+                format!(
+                    "record starts at sequence {first_seq}, but the records before it end at \
+                     {}: the writes {want}..{first_seq} were lost (a damaged log record, \
+                     possibly the end of an earlier log)",
+                    want - 1
+                )
+            } else {
+                format!(
+                    "record starts at sequence {first_seq}, but the records before it already \
+                     reached {}",
+                    want - 1
+                )
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Forgets the chain: the next record starts a new one (a log that
+    /// vanished between listing and reading, in `Db::verify`).
+    pub(crate) fn restart(&mut self) {
+        self.next = None;
     }
 }

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
-use crate::batch::WriteBatch;
+use crate::batch::{SequenceChain, WriteBatch};
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
@@ -402,6 +402,7 @@ impl Db {
         // Replay the logs newer than the manifest into one memtable.
         let mut last_seq = mstate.last_sequence;
         let replay = Arc::new(Memtable::new(0));
+        let mut chain = SequenceChain::default();
         for &n in &logs {
             let path = dir.join(log_file_name(n));
             let contents = read_log(fs.as_ref(), &path)?;
@@ -418,13 +419,19 @@ impl Db {
                     .checked_sub(1)
                     .and_then(|n| first_seq.checked_add(n))
                     .unwrap_or(first_seq);
+                let record_offset = offset - record.len() as u64 - 8;
                 if first_seq == 0 || last > MAX_SEQUENCE {
                     return Err(Error::corruption(
                         &path,
-                        Some(offset - record.len() as u64 - 8),
+                        Some(record_offset),
                         format!("batch record with sequence numbers {first_seq}..={last}"),
                     ));
                 }
+                // A gap means lost records: the last write of an earlier
+                // log and its seal look like a torn tail on their own.
+                chain
+                    .take(first_seq, batch.len())
+                    .map_err(|why| Error::corruption(&path, Some(record_offset), why))?;
                 for (i, op) in batch.ops().iter().enumerate() {
                     replay.insert(&op.key, first_seq + i as u64, op.kind, &op.value);
                 }
@@ -1792,6 +1799,17 @@ mod tests {
         }
     }
 
+    /// Opens every gate of a [`GatedTables`] when dropped.
+    struct OpenGatesOnDrop(Arc<GatedTables>);
+
+    impl Drop for OpenGatesOnDrop {
+        fn drop(&mut self) {
+            for n in 1..1024 {
+                self.0.open_gate(n);
+            }
+        }
+    }
+
     fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         let start = std::time::Instant::now();
         while !done() {
@@ -1853,6 +1871,133 @@ mod tests {
         for n in 3..64 {
             fs.open_gate(n);
         }
+    }
+
+    /// The `.log` files of `dir`, oldest first.
+    fn log_files(dir: &Path) -> Vec<PathBuf> {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        logs.sort();
+        logs
+    }
+
+    /// Regression (found by review, fifteenth session): three unflushed
+    /// logs, the middle one's last write (deleting `k`) and its seal
+    /// damaged. A torn-tail scan cannot tell that from a crash, so open
+    /// dropped the delete and went on to the third log: `k` came back
+    /// while a later write survived. The broken sequence chain is now
+    /// reported, at open and by `verify`.
+    #[test]
+    fn a_damaged_end_of_an_earlier_log_is_corruption_not_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let copy = tempfile::tempdir().expect("tempdir");
+        // No table is written while the logs are copied: every memtable
+        // stays unflushed and every log stays.
+        let fs = Arc::new(GatedTables::default());
+        let opts = Options {
+            memtable_bytes: 1024,
+            max_immutable_memtables: 4,
+            background_compaction: false,
+            sync_writes: true,
+            fs: fs.clone(),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts).expect("open");
+        // Dropped before `db`, also when an assertion fails: the flush that
+        // closing waits for can then write its tables.
+        let _gates = OpenGatesOnDrop(Arc::clone(&fs));
+        let big = vec![b'x'; 1100];
+        db.put(b"k", &big).expect("put k"); // log A
+        let mut batch = WriteBatch::new();
+        batch.put(b"filler", &big).delete(b"k");
+        db.write(&batch).expect("delete k"); // log B
+        db.put(b"later", b"1").expect("put later"); // log C
+        assert_eq!(log_files(dir.path()).len(), 3);
+        for entry in std::fs::read_dir(dir.path()).expect("list") {
+            let entry = entry.expect("entry");
+            if entry.file_name() != "LOCK" {
+                std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
+            }
+        }
+        // The copy is a healthy database: it opens, and verify is clean.
+        {
+            let healthy = tempfile::tempdir().expect("tempdir");
+            for entry in std::fs::read_dir(copy.path()).expect("list") {
+                let entry = entry.expect("entry");
+                std::fs::copy(entry.path(), healthy.path().join(entry.file_name())).expect("copy");
+            }
+            let db = Db::open(healthy.path(), Options::default()).expect("healthy open");
+            assert_eq!(db.get(b"k").expect("get"), None);
+            assert_eq!(db.get(b"later").expect("get").as_deref(), Some(&b"1"[..]));
+            let report = db.verify().expect("verify");
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+        }
+        // Zero the middle log's last write and its seal.
+        let damage = |middle: &Path| {
+            let mut data = std::fs::read(middle).expect("read");
+            let scan = crate::wal::scan_log(&data, middle).expect("scan");
+            assert_eq!(scan.records.len(), 2, "the batch and the seal");
+            let from = scan.records[0].offset as usize;
+            data[from..].iter_mut().for_each(|b| *b = 0);
+            std::fs::write(middle, &data).expect("write");
+        };
+        // `verify` on the live database sees it.
+        damage(&log_files(dir.path())[1]);
+        let report = db.verify().expect("verify");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.reason.contains("were lost")),
+            "{:?}",
+            report.problems
+        );
+        drop(_gates);
+        drop(db);
+
+        damage(&log_files(copy.path())[1]);
+        match Db::open(copy.path(), Options::default()) {
+            Err(Error::Corruption { file, .. }) => {
+                assert!(file.ends_with(log_files(copy.path())[2].file_name().unwrap()));
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(db) => panic!(
+                "opened: k = {:?} (deleted), later = {:?}",
+                db.get(b"k").expect("get").map(|v| v.len()),
+                db.get(b"later").expect("get")
+            ),
+        }
+    }
+
+    /// The chain itself: gaps and overlaps are refused, seals carry the
+    /// next number (the last one after the last number), and a restart
+    /// forgets the chain.
+    #[test]
+    fn sequence_chain_accepts_only_consecutive_records() {
+        let mut chain = SequenceChain::default();
+        assert!(chain.take(10, 3).is_ok()); // 10..=12
+        assert!(chain.take(13, 0).is_ok()); // seal
+        assert!(chain.take(13, 1).is_ok());
+        let gap = chain.take(16, 1).unwrap_err();
+        assert!(gap.contains("14..16 were lost"), "{gap}");
+        assert!(chain.take(17, 1).is_ok(), "restarted from the gap");
+        assert!(chain.take(17, 1).is_err(), "overlap");
+        chain.restart();
+        assert!(chain.take(5, 2).is_ok());
+        assert!(
+            chain.take(8, 0).is_err(),
+            "a seal must carry the next number"
+        );
+        let mut chain = SequenceChain::default();
+        assert!(chain.take(MAX_SEQUENCE - 1, 2).is_ok());
+        assert!(
+            chain.take(MAX_SEQUENCE, 0).is_ok(),
+            "seal after the last number"
+        );
+        assert!(chain.take(MAX_SEQUENCE, 1).is_err());
     }
 
     /// Writes between every pair of loads: after `READ_VIEW_TRIES` the view

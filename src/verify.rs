@@ -31,7 +31,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::batch::WriteBatch;
+use crate::batch::{SequenceChain, WriteBatch};
 use crate::db::{log_file_name, Db};
 use crate::error::{Error, Result};
 use crate::filter::FilterPolicy;
@@ -253,9 +253,21 @@ pub fn check_table_file(
 }
 
 /// Checks the bytes of a write-ahead log: framing and checksums (see
-/// [`crate::wal`]) and every payload decoded as a write batch. `path` only
-/// names the file in problems. A torn tail is not a problem.
+/// [`crate::wal`]), every payload decoded as a write batch, and each
+/// record's sequence numbers continuing the previous record's (a gap means
+/// a lost record). `path` only names the file in problems. A torn tail is
+/// not a problem.
 pub fn check_log_bytes(data: &[u8], path: &Path) -> VerifyReport {
+    check_log_bytes_in_chain(data, path, &mut SequenceChain::default())
+}
+
+/// [`check_log_bytes`] for one log of several read in order: `chain`
+/// carries the sequence numbers over from the logs before it.
+pub(crate) fn check_log_bytes_in_chain(
+    data: &[u8],
+    path: &Path,
+    chain: &mut SequenceChain,
+) -> VerifyReport {
     let mut report = VerifyReport {
         files_checked: vec![path.to_path_buf()],
         bytes: data.len() as u64,
@@ -276,8 +288,20 @@ pub fn check_log_bytes(data: &[u8], path: &Path) -> VerifyReport {
         let decoded = WriteBatch::decode(payload, |why| {
             Error::corruption(path, Some(span.offset), format!("bad batch record: {why}"))
         });
-        if let Err(e) = decoded {
-            report.problems.push(Problem::from_error(e, path));
+        match decoded {
+            Ok((first_seq, batch)) => {
+                if let Err(why) = chain.take(first_seq, batch.len()) {
+                    report.problems.push(Problem {
+                        file: path.to_path_buf(),
+                        offset: Some(span.offset),
+                        reason: why,
+                    });
+                }
+            }
+            Err(e) => {
+                chain.restart();
+                report.problems.push(Problem::from_error(e, path));
+            }
         }
     }
     report
@@ -458,12 +482,15 @@ impl Db {
             .filter(|&n| n >= mstate.log_number)
             .collect();
         logs.sort_unstable();
+        let mut chain = SequenceChain::default();
         for n in logs {
             let path = dir.join(log_file_name(n));
             match inner.fs.read(&path) {
-                Ok(data) => report.absorb(check_log_bytes(&data, &path)),
-                // Flushed and removed between the listing and the read.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Ok(data) => report.absorb(check_log_bytes_in_chain(&data, &path, &mut chain)),
+                // Flushed and removed between the listing and the read:
+                // the next log's records need not continue the last ones
+                // read.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => chain.restart(),
                 Err(e) => report
                     .problems
                     .push(Problem::from_error(Error::io(&path, e), &path)),
