@@ -32,7 +32,7 @@ pub(crate) fn table_file_name(number: u64) -> String {
 pub(crate) const KEY_SKETCH_PROPERTY: &str = "sievedb.hll";
 
 /// Precision of the per-table key sketch: 0.81% standard error, at most
-/// 12 KiB per table (much less for small tables, which stay sparse).
+/// 12,301 bytes per table (much less for small tables, which stay sparse).
 pub(crate) const KEY_SKETCH_PRECISION: u8 = 14;
 
 /// A live table: its manifest record and the open reader.

@@ -278,6 +278,59 @@ fn fault_fs_model() {
     assert_eq!(fs.counts().injected_errors, 1);
 }
 
+/// Regression (found by review, fifteenth session): a rename over a durable
+/// file, cut before the directory sync, came back with the *new* content
+/// cut to the old file's synced length: `FaultFs` saved the replaced
+/// file's content after the real rename had already put the new bytes
+/// under its name. That is how `CURRENT` is replaced, so a crash between
+/// the rename and the directory sync looked as if the rename were durable.
+#[test]
+fn fault_fs_undoes_an_undurable_rename_over_a_file() {
+    use sievedb::fs::FileSystem;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let fs = FaultFs::new();
+    let mut t = fs.create(&d.join("target")).expect("create");
+    t.append(b"old content, durable").expect("append");
+    t.sync().expect("sync");
+    drop(t);
+    fs.sync_dir(d).expect("sync dir");
+    let mut tmp = fs.create(&d.join("tmp")).expect("create tmp");
+    tmp.append(b"NEW").expect("append");
+    tmp.sync().expect("sync");
+    drop(tmp);
+    fs.rename(&d.join("tmp"), &d.join("target"))
+        .expect("rename");
+    assert_eq!(std::fs::read(d.join("target")).expect("read"), b"NEW");
+    fs.power_cut();
+    fs.reboot().expect("reboot");
+    assert_eq!(
+        String::from_utf8_lossy(&std::fs::read(d.join("target")).expect("target")),
+        "old content, durable",
+        "the undurable rename was not undone"
+    );
+    assert!(!d.join("tmp").exists(), "tmp was never durable");
+
+    // Durable after the directory sync.
+    let mut tmp = fs.create(&d.join("tmp")).expect("create tmp");
+    tmp.append(b"NEW").expect("append");
+    tmp.sync().expect("sync");
+    drop(tmp);
+    fs.rename(&d.join("tmp"), &d.join("target"))
+        .expect("rename");
+    fs.sync_dir(d).expect("sync dir");
+    fs.power_cut();
+    fs.reboot().expect("reboot");
+    assert_eq!(std::fs::read(d.join("target")).expect("target"), b"NEW");
+
+    // A name renamed onto itself stays.
+    fs.rename(&d.join("target"), &d.join("target"))
+        .expect("self rename");
+    fs.power_cut();
+    fs.reboot().expect("reboot");
+    assert_eq!(std::fs::read(d.join("target")).expect("target"), b"NEW");
+}
+
 /// Regression: a new write-ahead log (after a memtable switch) and a flushed
 /// table were used before their directory entries were durable, so a power
 /// cut took away acknowledged, synced writes (the log vanished) or left the

@@ -190,7 +190,8 @@
 //!
 //! Below [`MIN_SLOTS`] slots a blocked Bloom filter is smaller, and when a
 //! shard fails [`MAX_SEEDS`] seeds the build gives up on Ribbon: in both
-//! cases the bytes are a blocked Bloom filter (format id 0x04) at the
+//! cases the bytes are a blocked Bloom filter (the current format, id 0x07,
+//! [`FORMAT_BLOOM`](super::FORMAT_BLOOM)) at the
 //! equivalent bits per key, which the generic decoder reads as such.
 
 use super::bloom::{self, blocked_bloom_fp_rate, probes_for_bits_per_key, BloomPolicy};

@@ -224,23 +224,46 @@ impl State {
     }
 
     /// The inode at `path` is leaving the namespace; if a durable entry
-    /// still names it, keep its durable content for a power cut.
-    fn unlink_live(&mut self, path: &Path) {
-        let Some(ino) = self.live.remove(path) else {
-            return;
-        };
-        if !self.durable.values().any(|&d| d == ino) {
-            return;
+    /// still names it, keep its durable content for a power cut. Call it
+    /// while `path` still holds that inode's bytes. Returns what
+    /// [`relink_live`](Self::relink_live) needs to undo it.
+    fn unlink_live(&mut self, path: &Path) -> Option<Unlinked> {
+        let ino = self.live.remove(path)?;
+        let mut saved_here = false;
+        if self.durable.values().any(|&d| d == ino) {
+            if let Some(inode) = self.inodes.get_mut(&ino) {
+                if inode.saved.is_none() {
+                    let mut bytes = fs::read(path).unwrap_or_default();
+                    bytes.truncate(inode.synced_len as usize);
+                    inode.saved = Some(bytes);
+                    saved_here = true;
+                }
+            }
         }
-        let Some(inode) = self.inodes.get_mut(&ino) else {
+        Some(Unlinked { ino, saved_here })
+    }
+
+    /// Undoes [`unlink_live`](Self::unlink_live) after the real operation
+    /// failed: `path` names its inode again, and content saved for it is
+    /// dropped (a later unlink saves it afresh).
+    fn relink_live(&mut self, path: &Path, undo: Option<Unlinked>) {
+        let Some(Unlinked { ino, saved_here }) = undo else {
             return;
         };
-        if inode.saved.is_none() {
-            let mut bytes = fs::read(path).unwrap_or_default();
-            bytes.truncate(inode.synced_len as usize);
-            inode.saved = Some(bytes);
+        self.live.insert(path.to_path_buf(), ino);
+        if saved_here {
+            if let Some(inode) = self.inodes.get_mut(&ino) {
+                inode.saved = None;
+            }
         }
     }
+}
+
+/// What [`State::unlink_live`] did, for [`State::relink_live`].
+struct Unlinked {
+    ino: u64,
+    /// The durable content was saved by this unlink (not before).
+    saved_here: bool,
 }
 
 /// A [`FileSystem`] that simulates power loss and injects I/O errors, for
@@ -525,10 +548,19 @@ impl FileSystem for FaultFs {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = self.state.lock();
         s.begin(FaultOp::Rename)?;
+        if from == to {
+            // POSIX: renaming a name onto itself changes nothing.
+            return fs::metadata(from).map(drop);
+        }
         s.adopt(from);
         s.adopt(to);
-        fs::rename(from, to)?;
-        s.unlink_live(to);
+        // Keep the replaced file's durable content before the rename
+        // overwrites its name (read after it, `to` holds `from`'s bytes).
+        let undo = s.unlink_live(to);
+        if let Err(e) = fs::rename(from, to) {
+            s.relink_live(to, undo);
+            return Err(e);
+        }
         if let Some(ino) = s.live.remove(from) {
             s.live.insert(to.to_path_buf(), ino);
         }
@@ -540,24 +572,28 @@ impl FileSystem for FaultFs {
         s.begin(FaultOp::Remove)?;
         s.adopt(path);
         // Keep the durable content before the bytes go away.
-        if s.live.contains_key(path) {
-            let had = s.live.get(path).copied();
-            s.unlink_live(path);
-            if let Err(e) = fs::remove_file(path) {
-                if let Some(ino) = had {
-                    s.live.insert(path.to_path_buf(), ino);
-                }
-                return Err(e);
-            }
-            return Ok(());
+        let undo = s.unlink_live(path);
+        if let Err(e) = fs::remove_file(path) {
+            s.relink_live(path, undo);
+            return Err(e);
         }
-        fs::remove_file(path)
+        Ok(())
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut s = self.state.lock();
         s.begin(FaultOp::SyncDir)?;
-        let in_dir = |p: &Path| p.parent() == Some(path);
+        // `Path::parent` of a one-component relative path is "", which
+        // names the same directory as ".".
+        let dir = |p: &Path| -> PathBuf {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        };
+        let synced = dir(path);
+        let in_dir = |p: &Path| p.parent().map(dir).as_deref() == Some(synced.as_path());
         s.durable.retain(|p, _| !in_dir(p));
         let now: Vec<(PathBuf, u64)> = s
             .live
@@ -566,7 +602,7 @@ impl FileSystem for FaultFs {
             .map(|(p, &i)| (p.clone(), i))
             .collect();
         s.durable.extend(now);
-        s.new_dirs.retain(|d| d.parent() != Some(path));
+        s.new_dirs.retain(|d| !in_dir(d));
         // Inodes no entry names any more need no saved content.
         let named: std::collections::HashSet<u64> =
             s.durable.values().chain(s.live.values()).copied().collect();
