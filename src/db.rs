@@ -737,8 +737,9 @@ impl Db {
     /// read counts, hottest first. Empty when `Options::track_hot_keys` is
     /// off. At most [`HOT_KEYS_TRACKED`] keys are tracked.
     ///
-    /// One read in 8 per thread is sampled, so a count is the sampled count
-    /// times 8: an estimate within a few percent for a key read thousands of
+    /// Each read is sampled with probability 1/8 (a per-thread random
+    /// draw, so periodic read patterns are seen fairly), and a count is the
+    /// sampled count times 8: an estimate within a few percent for a key read thousands of
     /// times, not a bound (keys read only a handful of times are noise).
     pub fn hot_keys(&self, k: usize) -> Vec<(Vec<u8>, u64)> {
         match &self.inner.hot_keys {
