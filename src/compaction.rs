@@ -7,9 +7,9 @@
 //!
 //! # Picking
 //! Each level has a score: level 0 `tables / level0_compaction_trigger`,
-//! deeper levels `bytes / target`. The level with the highest score compacts
-//! when level 0's score reaches 1 or a deeper level's exceeds 1 (the last
-//! level never compacts downward). From level 0 every table is taken (they
+//! deeper levels `bytes / target`. A level needs a compaction when level
+//! 0's score reaches 1 or a deeper level's exceeds 1 (the last level never
+//! compacts downward); of those, the one with the highest score compacts. From level 0 every table is taken (they
 //! overlap each other); from a deeper level one table, chosen by rotating
 //! through the key space with a per-level pointer, so every range is
 //! visited. The overlapping tables of the next level join the inputs.
@@ -123,14 +123,17 @@ impl DbInner {
     pub(crate) fn pick_compaction(&self, compact_pointer: &[Vec<u8>]) -> Option<CompactionJob> {
         let version = Arc::clone(&self.current().version);
         let scores = level_scores(&version, &self.opts);
-        let (level, score) = scores
+        // The highest score among the levels that need a compaction. (Taking
+        // the highest of all first lost a tie: level 0 at its trigger, 1.0,
+        // needs one, level 1 exactly at its target, also 1.0, does not, and
+        // `max_by` keeps the last of equal scores: nothing was picked, and
+        // with `level0_stop_writes == level0_compaction_trigger` writers
+        // waited forever.)
+        let (level, _) = scores
             .iter()
             .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(l, s)| (l, *s))?;
-        if !needs_compaction(level, score) {
-            return None;
-        }
+            .filter(|&(level, &score)| needs_compaction(level, score))
+            .max_by(|a, b| a.1.total_cmp(b.1))?;
         let inputs = if level == 0 {
             version.levels[0].clone()
         } else {
@@ -196,8 +199,11 @@ impl DbInner {
                     self.bg_cv.wait(&mut bg);
                 }
             };
-            let result = self.run_compaction(&job);
-            self.finish_compaction(result);
+            match self.run_background("compaction", || self.run_compaction(&job)) {
+                Some(result) => self.finish_compaction(result),
+                // Poisoned already; `compacting` is cleared and waiters woken.
+                None => self.finish_compaction(Ok(())),
+            }
         }
     }
 

@@ -1117,10 +1117,39 @@ impl DbInner {
     /// Records a failure that leaves memory and disk possibly out of step:
     /// writes are refused until the database is reopened.
     pub(crate) fn set_poison(&self, err: &Error) {
+        self.set_poison_reason(err.to_string());
+    }
+
+    /// Runs background job `job`; a panic in it (a bug, or a user's filter
+    /// policy panicking in `build`) poisons the database like an error
+    /// instead of ending the thread silently, which left writers waiting
+    /// for a flush or compaction that would never come.
+    pub(crate) fn run_background<T>(
+        &self,
+        what: &str,
+        job: impl FnOnce() -> Result<T>,
+    ) -> Option<Result<T>> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+            Ok(result) => Some(result),
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_string());
+                self.set_poison_reason(format!("the background {what} panicked: {message}"));
+                None
+            }
+        }
+    }
+
+    /// Marks the database failed with `reason` (the first reason stays) and
+    /// wakes every waiter.
+    fn set_poison_reason(&self, reason: String) {
         {
             let mut p = self.poison.lock();
             if p.is_none() {
-                *p = Some(err.to_string());
+                *p = Some(reason);
             }
         }
         self.poisoned.store(true, Ordering::Release);
@@ -1529,9 +1558,13 @@ impl DbInner {
                     self.bg_cv.wait(&mut bg);
                 }
             };
-            if let Err(e) = self.flush_memtable(&imm) {
-                self.set_poison(&e);
-                return;
+            match self.run_background("flush", || self.flush_memtable(&imm)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    self.set_poison(&e);
+                    return;
+                }
+                None => return,
             }
         }
     }

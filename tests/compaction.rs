@@ -265,3 +265,62 @@ fn compact_keeps_small_level0_when_level1_is_the_last_level() {
     assert_eq!(stats.compaction_bytes_written, written, "nothing rewritten");
     assert_eq!(db.get(key(7)).unwrap(), Some(b"new".to_vec()));
 }
+
+/// Regression (found by review, fifteenth session): level 0 at its trigger
+/// (score 1.0: needs a compaction) tied with level 1 exactly at its target
+/// (score 1.0: does not). The pick took the highest score of all, `max_by`
+/// kept the last of the tie, level 1, which needed nothing: no compaction
+/// ran, and with `level0_stop_writes == level0_compaction_trigger` writers
+/// waited forever.
+#[test]
+fn level0_at_its_trigger_compacts_when_level1_sits_exactly_at_its_target() {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let key = |i: u64| format!("key{i:08}").into_bytes();
+    let base = Options {
+        num_levels: 3,
+        memtable_bytes: 4 << 10,
+        ..Options::default()
+    };
+    {
+        let db = Db::open(dir.path(), base.clone()).unwrap();
+        for i in 0..2000 {
+            db.put(key(i), [7u8; 40]).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+        assert_eq!(db.stats().levels[0].tables, 0);
+        db.close().unwrap();
+    }
+    let level1 = {
+        let db = Db::open(dir.path(), base.clone()).unwrap();
+        let s = db.stats();
+        assert_eq!(s.levels[0].tables, 0);
+        assert!(s.levels[1].bytes > 0, "{:?}", s.levels);
+        s.levels[1].bytes
+    };
+    let opts = Options {
+        level1_bytes: level1, // level 1's score: exactly 1.0
+        level0_compaction_trigger: 1,
+        level0_stop_writes: 1,
+        ..base
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    db.put(key(100_000), [9u8; 40]).unwrap();
+    db.flush().unwrap(); // one level-0 table: score exactly 1.0 too
+    let (done, finished) = mpsc::channel();
+    let writer = Arc::clone(&db);
+    std::thread::spawn(move || {
+        for i in 1..600 {
+            writer.put(key(100_000 + i), [9u8; 40]).unwrap();
+        }
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("writers stalled: level 0 was never compacted");
+    for i in 0..600 {
+        assert!(db.get(key(100_000 + i)).unwrap().is_some());
+    }
+}

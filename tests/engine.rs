@@ -533,3 +533,65 @@ fn stats_count_point_read_io() {
     assert!((s.filter_false_positives as f64) < 0.05 * s.filter_checks as f64);
     assert!(s.levels[0].tables > 0 && s.levels[0].filter_bytes > 0);
 }
+
+/// A filter policy that panics in `build` once told to (a user's bug).
+struct PanickyPolicy(Arc<AtomicBool>);
+
+impl sievedb::filter::FilterPolicy for PanickyPolicy {
+    fn name(&self) -> &str {
+        "test.Panicky"
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        assert!(
+            !self.0.load(Ordering::SeqCst),
+            "the policy's build panicked"
+        );
+        BloomPolicy::new(10.0).build(key_hashes)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        BloomPolicy::new(10.0).may_contain(filter, key_hash)
+    }
+}
+
+/// Regression (found by review, fifteenth session): a panic in a
+/// background flush (here a custom policy's `build`) ended the thread
+/// without marking the database failed, and writers then waited forever
+/// for room. It now poisons the database like an I/O error: writes and
+/// `flush` return `Error::Poisoned` naming the panic, reads go on.
+#[test]
+fn a_panic_in_a_background_flush_poisons_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let panic_now = Arc::new(AtomicBool::new(false));
+    let opts = Options {
+        memtable_bytes: 4 << 10,
+        max_immutable_memtables: 1,
+        filter_policy: Arc::new(PanickyPolicy(Arc::clone(&panic_now))),
+        ..Options::default()
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    db.put(b"before", b"1").unwrap();
+    db.flush().unwrap();
+    panic_now.store(true, Ordering::SeqCst);
+    let (done, finished) = std::sync::mpsc::channel();
+    let writer = Arc::clone(&db);
+    std::thread::spawn(move || {
+        let mut outcome = Ok(());
+        for i in 0..10_000u64 {
+            if let Err(e) = writer.put(key(i), [5u8; 100]) {
+                outcome = Err(e);
+                break;
+            }
+        }
+        let _ = done.send((outcome, writer.flush()));
+    });
+    let (outcome, flushed) = finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("writers hung after the background flush panicked");
+    for result in [outcome, flushed] {
+        match result {
+            Err(Error::Poisoned(why)) => assert!(why.contains("panicked"), "{why}"),
+            other => panic!("expected Poisoned, got {other:?}"),
+        }
+    }
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+}

@@ -322,3 +322,68 @@ fn with_prefix_filters_runs_are_sized_by_keys_plus_prefixes() {
     let got = tables[0].filter_bits_per_key.unwrap();
     assert!((got - expected).abs() < 1e-9, "{got} vs {expected}");
 }
+
+/// Regression (found by review, fifteenth session): a custom policy's size
+/// is in its own unit, but tables recording one outside [1, 100] had it
+/// ignored, and their filters were read by the policy at its *current*
+/// size: keys went missing after a reopen at another size. A recorded size
+/// that is no positive number leaves the filter unconsulted.
+#[test]
+fn a_custom_policy_size_outside_the_builtin_range_is_honoured() {
+    let key = |i: u64| format!("key{i:08}").into_bytes();
+    let lost_after_reopen = |written: Arc<dyn FilterPolicy>, reopened: f64| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = Options {
+            filter_policy: written,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..2_000u64 {
+            db.put(key(i), b"v").unwrap();
+        }
+        db.flush().unwrap();
+        let reported = db.tables()[0].filter_bits_per_key;
+        db.close().unwrap();
+        opts.filter_policy = Arc::new(SizedBloom {
+            bits_per_key: reopened,
+        });
+        let db = Db::open(dir.path(), opts).unwrap();
+        db.reset_stats();
+        let lost = (0..2_000u64)
+            .filter(|&i| db.get(key(i)).unwrap().is_none())
+            .count();
+        (lost, reported, db.stats().filter_checks)
+    };
+    for (written, reopened) in [(0.5, 10.0), (120.0, 200.0)] {
+        let policy = Arc::new(SizedBloom {
+            bits_per_key: written,
+        });
+        let (lost, reported, checks) = lost_after_reopen(policy, reopened);
+        assert_eq!(lost, 0, "built at {written}, reopened at {reopened}");
+        assert_eq!(reported, Some(written));
+        assert_eq!(checks, 2_000);
+    }
+    // A policy that reports a NaN size (its filters are those of 4 bits per
+    // key): no size can be honoured, so nothing is read at a wrong one.
+    let (lost, reported, _) = lost_after_reopen(Arc::new(NanSized), 10.0);
+    assert_eq!(lost, 0);
+    assert_eq!(reported, None);
+}
+
+/// `SizedBloom` at 4 bits per key that reports its size as NaN.
+struct NanSized;
+
+impl FilterPolicy for NanSized {
+    fn name(&self) -> &str {
+        "test.SizedBloom"
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        SizedBloom { bits_per_key: 4.0 }.build(key_hashes)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        SizedBloom { bits_per_key: 4.0 }.may_contain(filter, key_hash)
+    }
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(f64::NAN)
+    }
+}

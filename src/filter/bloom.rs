@@ -1810,27 +1810,51 @@ impl BloomPolicy {
                 "false-positive rate {p} needs more than {MAX_BITS_PER_KEY} bits per key"
             )));
         }
-        // The rate is not perfectly monotone where the probe count steps, so
-        // scan upward in hundredths after a coarse bisection.
-        let (mut lo, mut hi) = (1.0f64, MAX_BITS_PER_KEY);
-        if fp(lo) <= p {
-            return Ok(BloomPolicy { bits_per_key: lo });
-        }
-        while hi - lo > 0.5 {
-            let mid = (lo + hi) / 2.0;
-            if fp(mid) <= p {
-                hi = mid;
-            } else {
-                lo = mid;
+        // Over bits/key in whole hundredths (so the answer is exactly what
+        // was tested), the probe count steps up at the table's bounds and the
+        // rate jumps *up* at some of those steps (from 30 bits/key, where
+        // the count grows by one every 2 bits/key); between steps, with a
+        // fixed probe count, it falls as the bits grow. So take the runs of
+        // one probe count in order, test each run's last (best) size, and
+        // bisect inside the first run that reaches `p`.
+        let probes_at = |centi: u32| probes_for_bits_per_key(f64::from(centi) / 100.0);
+        let fp_at = |centi: u32| fp(f64::from(centi) / 100.0);
+        const FIRST: u32 = 100;
+        const LAST: u32 = (MAX_BITS_PER_KEY * 100.0) as u32;
+        let mut start = FIRST;
+        while start <= LAST {
+            // The run's last size: the probe count never falls as bits grow.
+            let probes = probes_at(start);
+            let (mut lo, mut hi) = (start, LAST);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if probes_at(mid) == probes {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
             }
+            let end = lo;
+            if fp_at(end) <= p {
+                // The smallest size of the run whose rate reaches `p`.
+                let (mut lo, mut hi) = (start, end);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if fp_at(mid) <= p {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                return Ok(BloomPolicy {
+                    bits_per_key: f64::from(lo) / 100.0,
+                });
+            }
+            start = end + 1;
         }
-        // Count in whole hundredths so the answer is exactly what was tested.
-        let mut centi = (lo * 100.0).floor() as u32;
-        while centi < 10_000 && fp(centi as f64 / 100.0) > p {
-            centi += 1;
-        }
+        // Not reached: the last run ends at MAX_BITS_PER_KEY, checked above.
         Ok(BloomPolicy {
-            bits_per_key: centi as f64 / 100.0,
+            bits_per_key: MAX_BITS_PER_KEY,
         })
     }
 

@@ -516,6 +516,17 @@ impl Filter {
         Filter::new(bytes, decoded)
     }
 
+    /// A filter whose bytes cannot be read correctly (a custom policy's
+    /// filter whose recorded size is unusable): answers "may contain" for
+    /// every key, counted in [`undecodable_filters`].
+    pub(crate) fn unreadable(bytes: impl AsRef<[u8]>) -> Filter {
+        UNDECODABLE.fetch_add(1, Ordering::Relaxed);
+        Filter::new(
+            LineAligned::new(bytes.as_ref()),
+            Decoded::of_kind(Kind::All(Unfiltered::Undecodable)),
+        )
+    }
+
     /// The kind of built-in filter bytes, and their Ribbon layout (empty
     /// for other kinds).
     fn decode_builtin(bytes: &[u8]) -> Decoded {

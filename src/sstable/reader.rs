@@ -26,7 +26,6 @@ use super::iter::TableIter;
 use super::{Found, TableMeta, MAX_KEY_LEN};
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
-use crate::filter::bloom::MAX_BITS_PER_KEY;
 use crate::filter::{prefix_hash, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::key::{
     pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN,
@@ -233,27 +232,50 @@ impl Table {
         table.load_meta(footer)?;
         let filter_bytes = table.block(footer.filter)?.to_vec();
         // A custom policy's filter is read by the policy at the size it was
-        // built for (a built-in filter describes itself, and a policy
-        // without sizes returns `None`).
-        let resized = match table.filter_bits_per_key() {
-            Some(bits) if !table.meta.filter_policy.starts_with(BUILTIN_NAME_PREFIX) => {
-                current_policy.with_budget_bits_per_key(bits)
-            }
+        // built for, in the policy's own unit, whatever its range (a
+        // built-in filter describes itself, and a policy without sizes
+        // returns `None`). A recorded size that is not a positive number
+        // cannot be honoured: the filter is then not consulted rather than
+        // read at another size (false negatives).
+        let custom = !table.meta.filter_policy.starts_with(BUILTIN_NAME_PREFIX);
+        let resized = match table.recorded_filter_size() {
+            Some(Some(bits)) if custom => current_policy.with_budget_bits_per_key(bits),
             _ => None,
         };
-        let reader = resized.as_ref().unwrap_or(current_policy);
-        table.filter = Filter::for_policy(&table.meta.filter_policy, filter_bytes, reader);
+        table.filter = if custom
+            && table.recorded_filter_size() == Some(None)
+            && current_policy.budget_bits_per_key().is_some()
+        {
+            Filter::unreadable(filter_bytes)
+        } else {
+            let reader = resized.as_ref().unwrap_or(current_policy);
+            Filter::for_policy(&table.meta.filter_policy, filter_bytes, reader)
+        };
         table.cache = cache;
         Ok(table)
     }
 
     /// The bits per key the table's filter was sized to
-    /// ([`PROP_FILTER_BITS_PER_KEY`]), when the table records a value in
-    /// [1, 100]; `None` for tables whose policy reports no size.
+    /// ([`PROP_FILTER_BITS_PER_KEY`], in the unit of the policy's
+    /// [`budget_bits_per_key`](crate::filter::FilterPolicy::budget_bits_per_key):
+    /// built-in policies record values in [1, 100], a custom policy any
+    /// positive number); `None` for tables whose policy reports no size,
+    /// or whose recorded size is not a finite positive number.
     pub fn filter_bits_per_key(&self) -> Option<f64> {
+        self.recorded_filter_size().flatten()
+    }
+
+    /// The recorded filter size: `None` when the table records none,
+    /// `Some(None)` when the record is not a finite positive number (8
+    /// bytes of an `f64`), `Some(Some(bits))` otherwise.
+    fn recorded_filter_size(&self) -> Option<Option<f64>> {
         let bytes = self.property(PROP_FILTER_BITS_PER_KEY)?;
-        let bits = f64::from_le_bytes(<[u8; 8]>::try_from(bytes).ok()?);
-        (1.0..=MAX_BITS_PER_KEY).contains(&bits).then_some(bits)
+        Some(
+            <[u8; 8]>::try_from(bytes)
+                .ok()
+                .map(f64::from_le_bytes)
+                .filter(|bits| bits.is_finite() && *bits > 0.0),
+        )
     }
 
     fn corrupt(&self, offset: u64, reason: impl Into<String>) -> Error {
