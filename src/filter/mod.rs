@@ -149,9 +149,13 @@ pub trait FilterPolicy: Send + Sync {
     /// The same policy at `bits_per_key` (in the unit of
     /// [`budget_bits_per_key`](Self::budget_bits_per_key)), with the same
     /// [`name`](Self::name). `None` (the default) for a policy with one
-    /// size. Tables record the size their filter was built for, and the
-    /// engine reads a custom policy's filter through the configured policy
-    /// resized to that size, so the bytes need not say it.
+    /// size. Tables record the size their filter was built for (any
+    /// positive number: the unit is the policy's), and the engine reads a
+    /// custom policy's filter through the configured policy resized to that
+    /// size, so the bytes need not say it. A table whose recorded size is
+    /// not a finite positive number, read while the configured policy
+    /// reports a size, has its filter left unconsulted ("may contain",
+    /// counted in [`undecodable_filters`]) rather than read at a wrong size.
     fn with_budget_bits_per_key(&self, bits_per_key: f64) -> Option<Arc<dyn FilterPolicy>> {
         let _ = bits_per_key;
         None
