@@ -327,7 +327,17 @@ impl Db {
         mstate.levels.resize(opts.num_levels, Vec::new());
 
         let names = fs.list_dir(&dir).map_err(io_err(&dir))?;
+        // New files take numbers from past every number in use: the
+        // manifest's next number, every file of ours in the directory, and
+        // every table and log the manifest names (a manifest naming a live
+        // table at or past its own next number would otherwise have that
+        // number handed out again, and the new file truncate a table that
+        // is mapped for reading).
         let mut max_number = mstate.next_file_number;
+        let named = mstate.levels.iter().flatten().map(|r| r.file_number);
+        for n in named.chain([mstate.log_number]) {
+            max_number = max_number.max(n.saturating_add(1));
+        }
         let mut logs = Vec::new();
         for name in &names {
             if let Some(n) = parse_numbered(name, ".log") {
@@ -335,13 +345,17 @@ impl Db {
                 if n >= mstate.log_number {
                     logs.push(n);
                 }
-            } else if let Some(n) = parse_numbered(name, ".sst") {
+            } else if let Some(n) = parse_numbered(name, ".sst").or_else(|| {
+                name.strip_prefix("MANIFEST-")
+                    .and_then(|rest| parse_numbered(rest, ""))
+            }) {
                 max_number = max_number.max(n + 1);
             }
         }
         logs.sort_unstable();
         // File names are capped (`parse_numbered`); a manifest whose next
-        // file number is not would make the numbers wrap.
+        // file number, or a table or log it names, is not would make the
+        // numbers wrap or collide.
         if max_number > MAX_FILE_NUMBER {
             let manifest = old_manifest
                 .map(|(n, _)| dir.join(manifest_file_name(n)))

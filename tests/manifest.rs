@@ -696,3 +696,78 @@ proptest! {
         }
     }
 }
+
+/// Copies every file of `from` but the lock into `to`.
+fn copy_db(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// A database whose manifest names its one table by `table_number`, with
+/// next file number `next` (both set by rewriting the manifest, CRCs valid).
+fn renumbered(table_number: u64, next: u64) -> (tempfile::TempDir, sievedb::Options) {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let opts = sievedb::Options {
+        background_compaction: false,
+        ..sievedb::Options::default()
+    };
+    let db = sievedb::Db::open(src.path(), opts.clone()).unwrap();
+    for i in 0..5000u32 {
+        db.put(format!("key{i:08}"), [b'v'; 200]).unwrap();
+    }
+    db.flush().unwrap();
+    db.close().unwrap();
+    copy_db(src.path(), dst.path());
+    let (mut state, number) = Manifest::recover(&RealFs, dst.path()).unwrap().unwrap();
+    let record = state.levels.iter_mut().flatten().next().unwrap();
+    std::fs::rename(
+        dst.path().join(format!("{:06}.sst", record.file_number)),
+        dst.path().join(format!("{table_number:06}.sst")),
+    )
+    .unwrap();
+    record.file_number = table_number;
+    state.next_file_number = next;
+    Manifest::create(&RealFs, dst.path(), number + 1000, &state).unwrap();
+    (dst, opts)
+}
+
+/// Regression (found by review, fifteenth session): open took its next
+/// file number from the manifest's counter and the directory's names only,
+/// so a manifest naming a live table past its own counter (valid checksums,
+/// crafted or damaged contents) had that number handed out again: a flush
+/// created the new table with `O_TRUNC` over the mapped live one, and the
+/// next read of it died of SIGBUS. Numbers now start past every table the
+/// manifest names, and a name past the file-number cap is corruption.
+#[test]
+fn open_never_reuses_the_number_of_a_table_the_manifest_names() {
+    // Below the cap: the table keeps its number, new files go past it.
+    let (dir, opts) = renumbered(5_000, 10);
+    let db = sievedb::Db::open(dir.path(), opts).unwrap();
+    for round in 0..10u32 {
+        db.put(format!("new{round}"), b"1").unwrap();
+        db.flush().unwrap();
+    }
+    for i in (0..5000u32).step_by(97) {
+        assert_eq!(
+            db.get(format!("key{i:08}")).unwrap().as_deref(),
+            Some(&[b'v'; 200][..])
+        );
+    }
+    assert!(db.tables().iter().any(|t| t.file_number == 5_000));
+    assert!(db.tables().iter().all(|t| t.file_number >= 5_000));
+    drop(db);
+
+    // At or past the cap (2^58): refused, nothing overwritten.
+    let (dir, opts) = renumbered((1 << 58) + 4, 1 << 58);
+    match sievedb::Db::open(dir.path(), opts) {
+        Err(Error::Corruption { .. }) => {}
+        other => panic!("expected Corruption, got {:?}", other.map(|_| ())),
+    }
+    let table = dir.path().join(format!("{:06}.sst", (1u64 << 58) + 4));
+    assert!(std::fs::metadata(table).unwrap().len() > 100_000);
+}

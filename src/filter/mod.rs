@@ -760,11 +760,14 @@ pub(crate) fn cpu_has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;
-        // avx2 and fma too: rustc treats avx512f as implying them, and older
-        // std versions did not check them as part of `avx512f`.
+        // avx2, fma and f16c too: rustc treats avx512f as implying them
+        // (and avx512vbmi2 as implying avx512bw), and older std versions
+        // did not check them as part of those; a virtual CPU may mask one.
         has!("avx512f")
             && has!("avx2")
             && has!("fma")
+            && has!("f16c")
+            && has!("avx512bw")
             && has!("avx512vl")
             && has!("avx512vbmi2")
             && has!("avx512vpopcntdq")

@@ -158,15 +158,17 @@ impl ShardedKeys {
 fn write_line(dest: &mut [u64], line: &[u64; LINE_WORDS]) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     assert_eq!(dest.len(), LINE_WORDS);
-    debug_assert_eq!(dest.as_ptr() as usize % 64, 0);
+    // What `movntdq` needs (a safe function cannot leave it to its caller):
+    // one compare per 64 bytes written.
+    assert_eq!(dest.as_ptr() as usize % 16, 0, "unaligned staging copy");
     let to = dest.as_mut_ptr().cast::<__m128i>();
     let from = line.as_ptr().cast::<__m128i>();
     for i in 0..4 {
         // SAFETY: `dest` is 8 `u64`s (checked above), so the four 16-byte
         // stores at `to + i` (i < 4) and the four loads from `line` stay
         // inside their slices. `movntdq` needs a 16-byte-aligned address:
-        // `dest` starts a 64-byte cache line by the choice of `lead` in
-        // `ShardedKeys::new`. SSE2 is part of x86-64.
+        // asserted above (`ShardedKeys::staged` chooses `lead` so that
+        // `dest` starts a 64-byte cache line). SSE2 is part of x86-64.
         unsafe { _mm_stream_si128(to.add(i), _mm_loadu_si128(from.add(i))) };
     }
 }

@@ -68,8 +68,9 @@ pub(crate) fn solve(
     assert!(coeffs.len() == results.len() && (1..=COLUMNS).contains(&columns));
     #[cfg(target_arch = "x86_64")]
     if path == SolvePath::Fastest && has_avx512() {
-        // SAFETY: `has_avx512` just confirmed AVX-512 F and VPOPCNTDQ, all
-        // `solve_avx512` needs.
+        // SAFETY: `has_avx512` just confirmed AVX-512 F and VPOPCNTDQ, the
+        // features `solve_avx512` enables, and AVX2, FMA and F16C, which
+        // rustc treats `avx512f` as implying.
         return unsafe { solve_avx512(coeffs, results, offset, columns, region) };
     }
     #[cfg(target_arch = "x86_64")]
@@ -84,8 +85,8 @@ pub(crate) fn solve(
 /// Whether this CPU has what [`solve_avx512`] needs (cached by `std`).
 #[cfg(target_arch = "x86_64")]
 fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+    use std::arch::is_x86_feature_detected as has;
+    has!("avx512f") && has!("avx2") && has!("fma") && has!("f16c") && has!("avx512vpopcntdq")
 }
 
 #[cfg(target_arch = "x86_64")]
