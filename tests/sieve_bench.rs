@@ -412,3 +412,73 @@ fn expected_blocks_use_the_shape_the_missing_reads_ran_against() {
         "measured {measured}, expected {expected}"
     );
 }
+
+/// Regressions (found by review, fifteenth session) in what sieve-bench
+/// reports: in cold mode the tree shape was taken before the reopen that
+/// writes the log's contents into a level-0 table (so a tree without
+/// tables was reported while the reads checked filters); a figure not
+/// measured was drawn as 0 in the chart; a false-positive rate over zero
+/// filter checks was printed as 0%.
+#[test]
+fn reported_figures_describe_what_was_measured() {
+    // Cold, no flush before the reads: the reopen writes the only table.
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_bench(
+        dir.path(),
+        &[
+            "--cold",
+            "--filter",
+            "none",
+            "--reads",
+            "2000",
+            "--benchmarks",
+            "fillrandom,readmissing",
+        ],
+    );
+    let run = run_of(&v, "none");
+    assert!(f(run, &["shape", "table_bytes"]) > 0.0, "{}", run["shape"]);
+    let missing = &run["missing"];
+    let measured = f(missing, &["measured_blocks_per_get"]);
+    assert!(measured > 0.5, "{missing}");
+    assert!((f(missing, &["expected_blocks_per_get"]) - measured).abs() < 1e-9);
+
+    // Warm, everything still in the memtable: no filter was checked, and
+    // the rate is absent (null, printed "-"), not 0% or NaN.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = Command::new(BIN)
+        .args(["--num", "1000", "--filter", "bloom"])
+        .args(["--benchmarks", "fillrandom,readmissing"])
+        .arg("--dir")
+        .arg(dir.path().join("db"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(dir.path().join("c.svg"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("NaN") && !stdout.contains("0.000%"),
+        "{stdout}"
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let missing = &run_of(&v, "bloom")["missing"];
+    assert!(missing["measured_fp_rate_per_check"].is_null(), "{missing}");
+    assert_eq!(f(missing, &["filter_checks_per_get"]), 0.0);
+
+    // No missing-key phase: the chart says n/a instead of a 0 bar.
+    let dir = tempfile::tempdir().unwrap();
+    run_bench(
+        dir.path(),
+        &[
+            "--filter",
+            "bloom",
+            "--benchmarks",
+            "fillrandom,compact,readrandom",
+        ],
+    );
+    let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
+    assert!(svg.contains("n/a"), "no n/a label in the chart");
+}

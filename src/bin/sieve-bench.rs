@@ -450,14 +450,16 @@ fn run_one(
     for w in &plan.workloads {
         let label = format!("{engine_name}/{}/{w}", policy.name());
         let is_read = is_read_workload(w);
+        if is_read && args.cold {
+            engine.reopen_with(&mut |d| cold::evict_dir(d))?;
+            cold::evict_dir(&dir)?;
+            // A reopen writes what the log held into a level-0 table.
+            shape_stale = true;
+        }
         if is_read && shape_stale {
             shape = Some(shape_summary(engine.as_ref(), ks.num));
         }
         shape_stale = !is_read;
-        if is_read && args.cold {
-            engine.reopen_with(&mut |d| cold::evict_dir(d))?;
-            cold::evict_dir(&dir)?;
-        }
         let result = match w.as_str() {
             "fillrandom" => {
                 workload::fill(engine.as_ref(), ks, w, &label, threads, &ks.shuffled())?
@@ -498,8 +500,8 @@ fn run_one(
                         theoretical_fp_rate: fp,
                         expected_blocks_per_get: expected,
                         measured_blocks_per_get: io.get_data_block_reads as f64 / gets,
-                        measured_fp_rate_per_check: io.filter_false_positives as f64
-                            / io.filter_checks.max(1) as f64,
+                        measured_fp_rate_per_check: (io.filter_checks > 0)
+                            .then(|| io.filter_false_positives as f64 / io.filter_checks as f64),
                         per_level: (0..io.filter_checks_per_level.len())
                             .filter(|&l| io.filter_checks_per_level[l] > 0)
                             .map(|l| {
@@ -563,6 +565,7 @@ fn run_one(
             }
             _ => policy.name().to_string(),
         },
+        filter: policy.name().to_string(),
         bits_per_key_setting: args.bits_per_key,
         keys: ks.num,
         phases,

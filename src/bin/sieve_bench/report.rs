@@ -64,8 +64,9 @@ pub struct MissingCheck {
     pub expected_blocks_per_get: f64,
     /// Data blocks read per missing get, measured.
     pub measured_blocks_per_get: f64,
-    /// False positives per filter check, measured.
-    pub measured_fp_rate_per_check: f64,
+    /// False positives per filter check, measured; `None` (printed `-`)
+    /// when no filter was checked (every missing get ended in a memtable).
+    pub measured_fp_rate_per_check: Option<f64>,
     /// Per level that was checked, level 0 first: (level, filter checks per
     /// missing get, false positives per missing get), measured.
     pub per_level: Vec<(usize, f64, f64)>,
@@ -89,8 +90,12 @@ pub struct ShapeSummary {
 pub struct Run {
     /// Engine name.
     pub engine: String,
-    /// Filter policy name.
+    /// The run's label: the filter policy's name, for sievedb decorated
+    /// with its non-default settings (e.g. `bloom+lz4`).
     pub policy: String,
+    /// The filter policy's name alone (`bloom`, `ribbon`, `none`): what
+    /// runs of different engines are paired by.
+    pub filter: String,
     /// `--bits-per-key` (Ribbon: the Bloom-equivalent setting).
     pub bits_per_key_setting: f64,
     /// Loaded keys.
@@ -105,9 +110,10 @@ pub struct Run {
 }
 
 impl Run {
-    /// The phase named `name`, if it ran.
+    /// The last phase named `name`, if it ran: the one the run's `shape`
+    /// and `missing` figures describe when a workload runs more than once.
     pub fn phase(&self, name: &str) -> Option<&PhaseResult> {
-        self.phases.iter().find(|p| p.name == name)
+        self.phases.iter().rev().find(|p| p.name == name)
     }
 }
 
@@ -184,10 +190,8 @@ pub fn main_table(report: &Report) -> String {
             run.policy,
             fb,
             bpk,
-            m.map_or_else(
-                || "-".into(),
-                |m| format!("{:.3}%", m.measured_fp_rate_per_check * 100.0)
-            ),
+            m.and_then(|m| m.measured_fp_rate_per_check)
+                .map_or_else(|| "-".into(), |r| format!("{:.3}%", r * 100.0)),
             fmt_opt(m.map(|m| m.measured_blocks_per_get), 4),
             fmt_opt(m.map(|m| m.expected_blocks_per_get), 4),
             fmt_opt(pres.and_then(PhaseResult::blocks_per_get), 4),
@@ -291,30 +295,34 @@ pub fn peer_table(report: &Report) -> Option<String> {
         ));
     }
     out.push('\n');
-    let mut policies: Vec<&str> = Vec::new();
-    for r in &report.runs {
-        if !policies.contains(&r.policy.as_str()) {
-            policies.push(r.policy.as_str());
-        }
-    }
+    // One row per phase (by position: every run has the plan's phases in
+    // order, a workload named twice gives two rows) and sievedb run; each
+    // peer run paired by its filter policy alone, as sievedb's label may
+    // carry settings the peers do not have (`bloom+lz4`).
     let workloads: Vec<&str> = report
         .runs
         .first()
         .map(|r| r.phases.iter().map(|p| p.name.as_str()).collect())
         .unwrap_or_default();
-    for w in &workloads {
-        for pol in &policies {
+    for (i, w) in workloads.iter().enumerate() {
+        for sieve_run in report.runs.iter().filter(|r| r.engine == "sievedb") {
+            fn phase_at<'r>(run: &'r Run, i: usize, w: &str) -> Option<&'r PhaseResult> {
+                run.phases.get(i).filter(|p| p.name == w)
+            }
+            let Some(sieve) = phase_at(sieve_run, i, w) else {
+                continue;
+            };
             let phase = |e: &str| {
+                if e == "sievedb" {
+                    return Some(sieve);
+                }
                 report
                     .runs
                     .iter()
-                    .find(|r| r.engine == e && r.policy == *pol)
-                    .and_then(|r| r.phase(w))
+                    .find(|r| r.engine == e && r.filter == sieve_run.filter)
+                    .and_then(|r| phase_at(r, i, w))
             };
-            let Some(sieve) = phase("sievedb") else {
-                continue;
-            };
-            out.push_str(&format!("{w:<12} {pol:<7}"));
+            out.push_str(&format!("{w:<12} {:<7}", sieve_run.policy));
             for e in &engines {
                 let p = phase(e);
                 out.push_str(&format!(
@@ -385,23 +393,25 @@ pub fn write_json(report: &Report, path: &Path) -> BenchResult<()> {
     std::fs::write(path, text).map_err(io_err(path))
 }
 
+/// One bar of the chart: the run's label, its data blocks per missing get
+/// and its filter memory in KiB, each when measured.
+type Bar = (String, Option<f64>, Option<f64>);
+
 /// Draws two bar panels: data blocks read per missing get and filter memory,
 /// one bar per sievedb policy.
 pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
     ensure_parent(path)?;
-    let bars: Vec<(String, f64, f64)> = report
+    // A figure the run did not measure (no `readmissing`, no read phase)
+    // is labelled "n/a", not drawn as 0.
+    let bars: Vec<Bar> = report
         .runs
         .iter()
         .filter(|r| r.engine == "sievedb")
         .map(|r| {
             (
                 r.policy.clone(),
-                r.missing
-                    .as_ref()
-                    .map_or(0.0, |m| m.measured_blocks_per_get),
-                r.shape
-                    .as_ref()
-                    .map_or(0.0, |s| s.filter_bytes as f64 / 1024.0),
+                r.missing.as_ref().map(|m| m.measured_blocks_per_get),
+                r.shape.as_ref().map(|s| s.filter_bytes as f64 / 1024.0),
             )
         })
         .collect();
@@ -421,7 +431,7 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
         .titled(&title, ("sans-serif", 20))
         .map_err(|e| out_err(e.to_string()))?;
     let panels = root.split_evenly((1, 2));
-    type Value = fn(&(String, f64, f64)) -> f64;
+    type Value = fn(&Bar) -> Option<f64>;
     let specs: [(&str, Value, &str); 2] = [
         ("data blocks read per missing get", |b| b.1, "blocks / get"),
         ("filter memory", |b| b.2, "KiB"),
@@ -432,7 +442,12 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
         RGBColor(204, 0, 0),
     ];
     for (panel, (caption, value, unit)) in panels.iter().zip(specs) {
-        let max = bars.iter().map(value).fold(0.0f64, f64::max).max(1e-6) * 1.2;
+        let max = bars
+            .iter()
+            .filter_map(value)
+            .fold(0.0f64, f64::max)
+            .max(1e-6)
+            * 1.2;
         let mut chart = ChartBuilder::on(panel)
             .caption(caption, ("sans-serif", 16))
             .margin(12)
@@ -457,10 +472,19 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
             .draw()
             .map_err(|e| out_err(e.to_string()))?;
         for (i, b) in bars.iter().enumerate() {
-            let v = value(b);
             let color = colors[i % colors.len()];
             let x0 = i as f64 + 0.15;
             let x1 = i as f64 + 0.85;
+            let Some(v) = value(b) else {
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        "n/a".to_string(),
+                        (x0, max * 0.07),
+                        ("sans-serif", 14),
+                    )))
+                    .map_err(|e| out_err(e.to_string()))?;
+                continue;
+            };
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(x0, 0.0), (x1, v)],
@@ -484,4 +508,92 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
     }
     root.present().map_err(|e| out_err(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(name: &str, ops_per_sec: f64) -> PhaseResult {
+        PhaseResult {
+            name: name.into(),
+            ops: 100,
+            seconds: 100.0 / ops_per_sec,
+            ops_per_sec,
+            mean_us: 1.0,
+            threads: 1,
+            p50_us: 1.0,
+            p99_us: 2.0,
+            found: 0,
+            io: None,
+            device_read_bytes: None,
+            cold: false,
+        }
+    }
+
+    fn run(engine: &str, policy: &str, filter: &str, phases: Vec<PhaseResult>) -> Run {
+        Run {
+            engine: engine.into(),
+            policy: policy.into(),
+            filter: filter.into(),
+            bits_per_key_setting: 10.0,
+            keys: 100,
+            phases,
+            shape: None,
+            missing: None,
+        }
+    }
+
+    /// A workload run twice: the figures come from its last run, which
+    /// `shape` and `missing` describe too.
+    #[test]
+    fn a_repeated_phase_reports_its_last_run() {
+        let r = run(
+            "sievedb",
+            "bloom",
+            "bloom",
+            vec![
+                phase("readrandom", 1.0),
+                phase("compact", 1.0),
+                phase("readrandom", 7.0),
+            ],
+        );
+        assert_eq!(r.phase("readrandom").map(|p| p.ops_per_sec), Some(7.0));
+    }
+
+    /// Peers are paired by filter policy, whatever settings decorate
+    /// sievedb's label, and a repeated workload gets a row per run.
+    #[test]
+    fn peer_rows_pair_decorated_labels_and_repeated_phases() {
+        let report = Report {
+            command: String::new(),
+            machine: Machine::detect(),
+            cold: false,
+            reads: 100,
+            threads: 1,
+            runs: vec![
+                run(
+                    "sievedb",
+                    "bloom+lz4",
+                    "bloom",
+                    vec![phase("readrandom", 200.0), phase("readrandom", 300.0)],
+                ),
+                run(
+                    "rocksdb",
+                    "bloom",
+                    "bloom",
+                    vec![phase("readrandom", 100.0), phase("readrandom", 100.0)],
+                ),
+            ],
+            total_seconds: 1.0,
+        };
+        let table = peer_table(&report).expect("two engines");
+        let rows: Vec<&str> = table.lines().skip(1).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(
+            rows[0].contains("bloom+lz4") && rows[0].contains("2.00"),
+            "{table}"
+        );
+        assert!(rows[1].contains("3.00"), "{table}");
+    }
 }

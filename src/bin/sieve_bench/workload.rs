@@ -39,10 +39,14 @@ pub struct PhaseResult {
     pub seconds: f64,
     /// `ops / seconds`.
     pub ops_per_sec: f64,
-    /// Mean latency of one operation, microseconds (on a shared machine
-    /// the gap between mean and `seconds / ops` is time the threads were
-    /// not running an operation, e.g. descheduled).
+    /// Mean latency of one operation, microseconds. With one thread, the
+    /// gap between it and `seconds / ops` is time spent outside operations
+    /// (e.g. descheduled); with `T` threads `seconds / ops` is about
+    /// `mean / T`.
     pub mean_us: f64,
+    /// Threads that ran the phase's operations: the setting, or fewer when
+    /// the phase has fewer operations than threads.
+    pub threads: usize,
     /// Median latency of one operation, microseconds.
     pub p50_us: f64,
     /// 99th-percentile latency of one operation, microseconds.
@@ -91,12 +95,21 @@ fn progress(label: &str, len: u64) -> ProgressBar {
     bar
 }
 
+/// The nearest-rank `pct`-th percentile of `sorted` nanoseconds, in
+/// microseconds: the smallest value with at least `pct`% of the values at
+/// or below it (rank `ceil(len x pct / 100)`, counting from 1).
 fn percentile(sorted: &[u64], pct: usize) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = (sorted.len() * pct / 100).min(sorted.len() - 1);
-    sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
+    let rank = (sorted.len() * pct).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied().unwrap_or(0) as f64 / 1000.0
+}
+
+/// `items` cut into `threads` parts of sizes differing by at most one (no
+/// empty part unless there are fewer items than threads).
+fn split_even(items: &[u64], threads: usize) -> Vec<&[u64]> {
+    let threads = threads.clamp(1, items.len().max(1));
+    (0..threads)
+        .map(|t| &items[items.len() * t / threads..items.len() * (t + 1) / threads])
+        .collect()
 }
 
 /// Runs `op` over `items` on `threads` threads and measures the phase.
@@ -115,11 +128,12 @@ where
     let bar = progress(label, items.len() as u64);
     let io_before = engine.read_io();
     let dev_before = cold::device_read_bytes();
-    let chunk = items.len().div_ceil(threads.max(1)).max(1);
+    let parts = split_even(items, threads);
+    let threads_used = parts.len();
     let start = Instant::now();
     let per_thread: Vec<BenchResult<(Vec<u64>, u64)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
+        let handles: Vec<_> = parts
+            .into_iter()
             .map(|part| {
                 let bar = bar.clone();
                 let op = &op;
@@ -182,6 +196,7 @@ where
             0.0
         },
         mean_us,
+        threads: threads_used,
         p50_us: percentile(&latencies, 50),
         p99_us: percentile(&latencies, 99),
         found,
@@ -370,4 +385,37 @@ pub fn scan(
             found: n as u64,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{percentile, split_even};
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        // 2, 4, ..., 200 ms.
+        let v: Vec<u64> = (1..=100).map(|i| i * 2_000_000).collect();
+        assert_eq!(percentile(&v, 50), 100_000.0);
+        assert_eq!(percentile(&v, 99), 198_000.0);
+        assert_eq!(percentile(&v, 100), 200_000.0);
+        assert_eq!(percentile(&[7_000], 99), 7.0);
+        assert_eq!(percentile(&[], 50), 0.0);
+        // 200,000 values: p99 is value 198,000 (1-based), not the next.
+        let w: Vec<u64> = (1..=200_000).collect();
+        assert_eq!(percentile(&w, 99), 198.0);
+    }
+
+    #[test]
+    fn work_is_split_over_every_thread() {
+        let items: Vec<u64> = (0..5).collect();
+        let parts = split_even(&items, 4);
+        assert_eq!(parts.len(), 4);
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [1, 1, 1, 2]
+        );
+        assert_eq!(parts.concat(), items);
+        assert_eq!(split_even(&items, 8).len(), 5);
+        assert_eq!(split_even(&[], 3).len(), 1);
+    }
 }
