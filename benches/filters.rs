@@ -37,23 +37,17 @@ mod filter_peers;
 use filter_peers::{build_fastbloom, build_sbbf, BITS_PER_KEY};
 #[path = "support/key_hashes.rs"]
 mod key_hashes;
-use key_hashes::key_hashes;
+use key_hashes::{build_key_sets, key_hashes};
 
 const SIZES: [usize; 2] = [10_000, 1_000_000];
 const BATCH: usize = 1_000;
-/// Build rows cycle through distinct key sets of at least this many keys
-/// in all (64 sets at 10,000 keys, one at 1,000,000): a CPU that builds one
-/// small key set over and over learns its branches, which no real build
-/// sees (the fifth session's branching Ribbon build measured 14.3-15.2
-/// ns/key at 10,000 keys on one set against 23.4-24.0 on 64 sets).
-const BUILD_KEYS_CYCLED: usize = 640_000;
 
 /// The hashes every family is built from and queried with.
 struct Workload {
     /// Hashes of the `n` keys in the filter.
     present: Vec<u64>,
     /// Key sets of `n` hashes each that the build rows cycle through
-    /// (`present` first; see [`BUILD_KEYS_CYCLED`]).
+    /// (`present` first; see `key_hashes::BUILD_KEYS_CYCLED`).
     build_sets: Vec<Vec<u64>>,
     /// Hashes of 1,000,000 keys not in the filter.
     absent: Vec<u64>,
@@ -63,16 +57,7 @@ impl Workload {
     fn new(n: usize) -> Workload {
         let hashes = key_hashes;
         let present = hashes(1, n);
-        let sets = BUILD_KEYS_CYCLED.div_ceil(n.max(1)).max(1);
-        let build_sets = (0..sets as u64)
-            .map(|s| {
-                if s == 0 {
-                    present.clone()
-                } else {
-                    hashes(100 + s, n)
-                }
-            })
-            .collect();
+        let build_sets = build_key_sets(&present);
         Workload {
             present,
             build_sets,

@@ -29,14 +29,12 @@ mod filter_peers;
 use filter_peers::{build_fastbloom, build_sbbf, PassThrough, BITS_PER_KEY};
 #[path = "../benches/support/key_hashes.rs"]
 mod key_hashes;
-use key_hashes::key_hashes as hashes;
+use key_hashes::{build_key_sets, key_hashes as hashes};
 
 /// Queries per burst: long enough for the timer, short enough that a
 /// round (all contestants, present and absent) lasts well under a
 /// millisecond at a few ns per query.
 const BURST: usize = 20_000;
-/// Keys the build rounds cycle through in all (see `main`).
-const BUILD_KEYS_CYCLED: usize = 640_000;
 /// Untimed queries before each timed burst.
 const WARM: usize = 100_000;
 
@@ -249,20 +247,10 @@ fn main() {
     }
     drop(built);
 
-    // Builds cycle through distinct key sets of at least
-    // `BUILD_KEYS_CYCLED` keys in all, as `benches/filters.rs` does: a CPU
-    // that builds one small set over and over learns its branches (a
-    // review measured Ribbon builds 10-15% faster on one 10,000-key set
+    // Builds cycle through distinct key sets, as `benches/filters.rs` does
+    // (a review measured Ribbon builds 10-15% faster on one 10,000-key set
     // than on cycled ones; Bloom builds 1-5%). One set at 1,000,000 keys.
-    let build_sets: Vec<Vec<u64>> = (0..BUILD_KEYS_CYCLED.div_ceil(keys) as u64)
-        .map(|s| {
-            if s == 0 {
-                present.clone()
-            } else {
-                hashes(100 + s, keys)
-            }
-        })
-        .collect();
+    let build_sets = build_key_sets(&present);
     let mut build_ns = Samples::new();
     for round in 0..build_rounds {
         let set = &build_sets[round % build_sets.len()];

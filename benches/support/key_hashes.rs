@@ -15,3 +15,27 @@ pub fn key_hashes(tag: u64, count: usize) -> Vec<u64> {
         })
         .collect()
 }
+
+/// Keys the build measurements cycle through in all: a CPU that builds one
+/// small key set over and over learns its branches, which no real build
+/// sees (the fifth session's branching Ribbon build measured 14.3-15.2
+/// ns/key at 10,000 keys on one set against 23.4-24.0 on 64 sets).
+#[allow(dead_code)] // not every includer builds
+pub const BUILD_KEYS_CYCLED: usize = 640_000;
+
+/// Distinct key sets of `present.len()` keys each, `present` first, of at
+/// least [`BUILD_KEYS_CYCLED`] keys in all (64 sets at 10,000 keys, one at
+/// 1,000,000), for build measurements to cycle through.
+#[allow(dead_code)] // not every includer builds
+pub fn build_key_sets(present: &[u64]) -> Vec<Vec<u64>> {
+    let sets = BUILD_KEYS_CYCLED.div_ceil(present.len().max(1)).max(1);
+    (0..sets as u64)
+        .map(|s| {
+            if s == 0 {
+                present.to_vec()
+            } else {
+                key_hashes(100 + s, present.len())
+            }
+        })
+        .collect()
+}
