@@ -223,35 +223,36 @@ impl SequenceChain {
         first_seq: SequenceNumber,
         ops: usize,
     ) -> std::result::Result<(), String> {
-        let expected = self.next;
-        if ops > 0 {
+        let Some(want) = self.next else {
             self.next = Some(first_seq.saturating_add(ops as u64));
+            return Ok(());
+        };
+        // A seal carries `min(last + 1, MAX_SEQUENCE)` and takes no number.
+        let (starts_at, next) = if ops == 0 {
+            (want.min(MAX_SEQUENCE), want)
         } else {
-            self.next = Some(first_seq);
+            (want, first_seq.saturating_add(ops as u64))
+        };
+        if first_seq == starts_at {
+            self.next = Some(next);
+            return Ok(());
         }
-        match expected {
-            // A seal after the very last number carries that number
-            // (`min(last + 1, MAX_SEQUENCE)`); nothing can follow it.
-            Some(want) if ops == 0 && want == MAX_SEQUENCE + 1 && first_seq == MAX_SEQUENCE => {
-                self.next = Some(want);
-                Ok(())
-            }
-            Some(want) if want != first_seq => Err(if first_seq > want {
-                format!(
-                    "record starts at sequence {first_seq}, but the records before it end at \
-                     {}: the writes {want}..{first_seq} were lost (a damaged log record, \
-                     possibly the end of an earlier log)",
-                    want - 1
-                )
-            } else {
-                format!(
-                    "record starts at sequence {first_seq}, but the records before it already \
-                     reached {}",
-                    want - 1
-                )
-            }),
-            _ => Ok(()),
-        }
+        // Restart the chain from this record.
+        self.next = Some(first_seq.saturating_add(ops as u64));
+        Err(if first_seq > want {
+            format!(
+                "record starts at sequence {first_seq}, but the records before it end at \
+                 {}: the writes {want}..{first_seq} were lost (a damaged log record, \
+                 possibly the end of an earlier log)",
+                want - 1
+            )
+        } else {
+            format!(
+                "record starts at sequence {first_seq}, but the records before it already \
+                 reached {}",
+                want - 1
+            )
+        })
     }
 
     /// Forgets the chain: the next record starts a new one (a log that

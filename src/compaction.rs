@@ -199,22 +199,35 @@ impl DbInner {
                     self.bg_cv.wait(&mut bg);
                 }
             };
-            match self.run_background("compaction", || self.run_compaction(&job)) {
-                Some(result) => self.finish_compaction(result),
-                // Poisoned already; `compacting` is cleared and waiters woken.
-                None => self.finish_compaction(Ok(())),
-            }
+            // A failure has poisoned the database; the loop then ends.
+            let _ = self.run_claimed(&job);
         }
     }
 
-    fn finish_compaction(&self, result: Result<()>) {
-        if let Err(e) = &result {
-            self.set_poison(e);
-        }
+    /// Runs a claimed compaction and gives the claim back, however the job
+    /// ends: a failure or a panic (caught, e.g. in a custom filter policy's
+    /// `build`) poisons the database and comes back as `Error::Poisoned`.
+    /// (A panic that skipped giving the claim back left every later
+    /// compaction, foreground or background, waiting for it forever.)
+    fn run_claimed(&self, job: &CompactionJob) -> Result<()> {
+        let failed = match self.run_background("compaction", || self.run_compaction(job)) {
+            Some(Ok(())) => None,
+            Some(Err(e)) => {
+                self.set_poison(&e);
+                Some(e.to_string())
+            }
+            // `run_background` poisoned the database with the panic.
+            None => Some(self.poison_reason()),
+        };
         let mut bg = self.bg.lock();
         bg.compacting = false;
         self.bg_cv.notify_all();
         self.done_cv.notify_all();
+        drop(bg);
+        match failed {
+            Some(why) => Err(Error::Poisoned(why)),
+            None => Ok(()),
+        }
     }
 
     /// Takes the right to compact (waiting while another compaction runs)
@@ -272,12 +285,7 @@ impl DbInner {
             })
         };
         while let Some(job) = self.claim(pick)? {
-            let result = self.run_compaction(&job);
-            let failed = result.as_ref().err().map(|e| e.to_string());
-            self.finish_compaction(result);
-            if let Some(why) = failed {
-                return Err(Error::Poisoned(why));
-            }
+            self.run_claimed(&job)?;
         }
         Ok(())
     }
@@ -321,14 +329,7 @@ impl DbInner {
                     Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
                 };
                 match self.claim(pick)? {
-                    Some(job) => {
-                        let result = self.run_compaction(&job);
-                        let failed = result.as_ref().err().map(|e| e.to_string());
-                        self.finish_compaction(result);
-                        if let Some(why) = failed {
-                            return Err(Error::Poisoned(why));
-                        }
-                    }
+                    Some(job) => self.run_claimed(&job)?,
                     None => break,
                 }
             }

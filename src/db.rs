@@ -81,17 +81,13 @@ thread_local! {
     static HOT_KEYS_SAMPLER: std::cell::Cell<u64> = std::cell::Cell::new(sampler_seed());
 }
 
-/// A distinct non-zero starting state for each thread's sampler: a global
-/// counter, stepped by the golden-ratio constant and mixed (SplitMix64's
-/// finaliser), so that threads do not sample in step.
+/// A distinct non-zero starting state for each thread's sampler: the
+/// SplitMix64 output of a global counter's value, so that threads do not
+/// sample in step.
 fn sampler_seed() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let mut z = NEXT
-        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-        .wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
+    let (_, output) = crate::filter::bloom::splitmix64(NEXT.fetch_add(1, Ordering::Relaxed));
+    output | 1
 }
 
 /// True for a random one in [`HOT_KEYS_SAMPLE_EVERY`] calls on this thread.
@@ -980,7 +976,7 @@ fn lock_exclusive(file: &File) -> std::io::Result<bool> {
 /// application's `1.log`), and the open deletes the files it takes for its
 /// own obsolete ones. Numbers above [`MAX_FILE_NUMBER`] are not ours
 /// either (the next number must not overflow).
-fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
+pub(crate) fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     let stem = name.strip_suffix(suffix)?;
     if !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -1122,8 +1118,7 @@ impl DbInner {
 
     fn check_writable(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            let why = self.poison.lock().clone().unwrap_or_default();
-            return Err(Error::Poisoned(why));
+            return Err(Error::Poisoned(self.poison_reason()));
         }
         Ok(())
     }
@@ -1175,6 +1170,11 @@ impl DbInner {
         let _bg = self.bg.lock();
         self.bg_cv.notify_all();
         self.done_cv.notify_all();
+    }
+
+    /// Why the database is poisoned (empty if it is not).
+    pub(crate) fn poison_reason(&self) -> String {
+        self.poison.lock().clone().unwrap_or_default()
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {

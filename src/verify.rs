@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{SequenceChain, WriteBatch};
-use crate::db::{log_file_name, Db};
+use crate::db::{log_file_name, parse_numbered, Db};
 use crate::error::{Error, Result};
 use crate::filter::FilterPolicy;
 use crate::iter::InternalIterator;
@@ -471,15 +471,17 @@ impl Db {
                 Vec::new()
             }
         };
+        // The oldest log still needed, read again after the listing: flushes
+        // during the checks above may have moved it on while a flushed
+        // log's removal failed (the engine leaves it for the next open), and
+        // such a leftover, older than logs already deleted, must not be
+        // chained to them (a false "writes were lost"). A log deleted after
+        // the listing gives `NotFound` below, which restarts the chain.
+        let log_number = mstate.log_number.max(inner.bg.lock().mstate.log_number);
         let mut logs: Vec<u64> = names
             .iter()
-            .filter_map(|n| {
-                let stem = n.strip_suffix(".log")?;
-                (!stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
-                    .then(|| stem.parse().ok())
-                    .flatten()
-            })
-            .filter(|&n| n >= mstate.log_number)
+            .filter_map(|n| parse_numbered(n, ".log"))
+            .filter(|&n| n >= log_number)
             .collect();
         logs.sort_unstable();
         let mut chain = SequenceChain::default();

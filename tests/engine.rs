@@ -595,3 +595,41 @@ fn a_panic_in_a_background_flush_poisons_instead_of_hanging() {
     }
     assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
 }
+
+/// Regression (found by review of the fix above, fifteenth session): a
+/// panic in a *foreground* compaction (`Db::compact`) skipped giving back
+/// the right to compact, and every later compaction, foreground or
+/// background, waited for it forever. Every compaction now runs through one
+/// path that catches the panic, poisons and gives the claim back.
+#[test]
+fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let panic_now = Arc::new(AtomicBool::new(false));
+    let opts = Options {
+        memtable_bytes: 4 << 10,
+        background_compaction: false,
+        filter_policy: Arc::new(PanickyPolicy(Arc::clone(&panic_now))),
+        ..Options::default()
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    for i in 0..200u64 {
+        db.put(key(i), [1u8; 50]).unwrap();
+    }
+    db.flush().unwrap();
+    panic_now.store(true, Ordering::SeqCst);
+    match db.compact() {
+        Err(Error::Poisoned(why)) => assert!(why.contains("panicked"), "{why}"),
+        other => panic!("expected Poisoned, got {other:?}"),
+    }
+    panic_now.store(false, Ordering::SeqCst);
+    let (done, finished) = std::sync::mpsc::channel();
+    let again = Arc::clone(&db);
+    std::thread::spawn(move || {
+        let _ = done.send(again.compact());
+    });
+    let second = finished
+        .recv_timeout(Duration::from_secs(20))
+        .expect("Db::compact hangs after a panic in an earlier one");
+    assert!(matches!(second, Err(Error::Poisoned(_))), "{second:?}");
+    assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
+}

@@ -168,7 +168,7 @@ const SHAPE_VALUES: usize = 32;
 const SHAPE_SEED: u64 = 0x5eed_b100_f11e_7e5d;
 
 /// One step of SplitMix64: the next state and its output.
-const fn splitmix64(state: u64) -> (u64, u64) {
+pub(crate) const fn splitmix64(state: u64) -> (u64, u64) {
     let state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

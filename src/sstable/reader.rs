@@ -238,18 +238,16 @@ impl Table {
         // cannot be honoured: the filter is then not consulted rather than
         // read at another size (false negatives).
         let custom = !table.meta.filter_policy.starts_with(BUILTIN_NAME_PREFIX);
-        let resized = match table.recorded_filter_size() {
-            Some(Some(bits)) if custom => current_policy.with_budget_bits_per_key(bits),
-            _ => None,
-        };
-        table.filter = if custom
-            && table.recorded_filter_size() == Some(None)
-            && current_policy.budget_bits_per_key().is_some()
-        {
-            Filter::unreadable(filter_bytes)
-        } else {
-            let reader = resized.as_ref().unwrap_or(current_policy);
-            Filter::for_policy(&table.meta.filter_policy, filter_bytes, reader)
+        let name = &table.meta.filter_policy;
+        table.filter = match table.recorded_filter_size() {
+            Some(Some(bits)) if custom => match current_policy.with_budget_bits_per_key(bits) {
+                Some(resized) => Filter::for_policy(name, filter_bytes, &resized),
+                None => Filter::for_policy(name, filter_bytes, current_policy),
+            },
+            Some(None) if custom && current_policy.budget_bits_per_key().is_some() => {
+                Filter::unreadable(filter_bytes)
+            }
+            _ => Filter::for_policy(name, filter_bytes, current_policy),
         };
         table.cache = cache;
         Ok(table)
