@@ -16,8 +16,10 @@
 //! false-positive rate of the blocked Bloom filter at 10 bits/key (about
 //! 0.955%) in about 7 bits/key; xorf's `BinaryFuse8` is a static filter with a fixed rate
 //! (about 0.39%) at about 9 bits/key. Before the timings, the benchmark
-//! prints each filter's size and its false-positive rate measured over the
-//! 1,000,000 absent hashes, at every size.
+//! prints the size of the filters whose size is not the 10 bits/key they
+//! are given (the Ribbon formats, `BinaryFuse8`) and every filter's
+//! false-positive rate measured over the 1,000,000 absent hashes, at every
+//! size.
 //!
 //! One function per filter family; a new family is one more function that
 //! calls [`family`], plus one line in [`all`].
