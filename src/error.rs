@@ -48,7 +48,8 @@ pub enum Error {
     #[error("database at {} is already open elsewhere (LOCK held)", .0.display())]
     Locked(PathBuf),
 
-    /// An earlier write, sync or background job failed with an I/O error, so
+    /// An earlier write, sync or background job failed with an I/O error, or
+    /// a flush or compaction panicked (e.g. in a custom filter policy), so
     /// the in-memory state may no longer match the disk. The database refuses
     /// further writes until it is reopened, which recovers from the files.
     #[error("database refuses writes after an earlier failure (reopen to recover): {0}")]
