@@ -274,8 +274,6 @@ fn compact_keeps_small_level0_when_level1_is_the_last_level() {
 /// waited forever.
 #[test]
 fn level0_at_its_trigger_compacts_when_level1_sits_exactly_at_its_target() {
-    use std::sync::{mpsc, Arc};
-    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let key = |i: u64| format!("key{i:08}").into_bytes();
     let base = Options {
@@ -309,17 +307,16 @@ fn level0_at_its_trigger_compacts_when_level1_sits_exactly_at_its_target() {
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
     db.put(key(100_000), [9u8; 40]).unwrap();
     db.flush().unwrap(); // one level-0 table: score exactly 1.0 too
-    let (done, finished) = mpsc::channel();
     let writer = Arc::clone(&db);
-    std::thread::spawn(move || {
-        for i in 1..600 {
-            writer.put(key(100_000 + i), [9u8; 40]).unwrap();
-        }
-        let _ = done.send(());
-    });
-    finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("writers stalled: level 0 was never compacted");
+    common::within(
+        30,
+        "writers stalled: level 0 was never compacted",
+        move || {
+            for i in 1..600 {
+                writer.put(key(100_000 + i), [9u8; 40]).unwrap();
+            }
+        },
+    );
     for i in 0..600 {
         assert!(db.get(key(100_000 + i)).unwrap().is_some());
     }

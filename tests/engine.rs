@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{key, small_options, Rng};
+use common::{key, small_options, within, Rng};
 use sievedb::filter::{BloomPolicy, NoFilter, RibbonPolicy};
 use sievedb::{Db, Error, Options, WriteBatch};
 
@@ -572,21 +572,21 @@ fn a_panic_in_a_background_flush_poisons_instead_of_hanging() {
     db.put(b"before", b"1").unwrap();
     db.flush().unwrap();
     panic_now.store(true, Ordering::SeqCst);
-    let (done, finished) = std::sync::mpsc::channel();
     let writer = Arc::clone(&db);
-    std::thread::spawn(move || {
-        let mut outcome = Ok(());
-        for i in 0..10_000u64 {
-            if let Err(e) = writer.put(key(i), [5u8; 100]) {
-                outcome = Err(e);
-                break;
+    let (outcome, flushed) = within(
+        30,
+        "writers hung after the background flush panicked",
+        move || {
+            let mut outcome = Ok(());
+            for i in 0..10_000u64 {
+                if let Err(e) = writer.put(key(i), [5u8; 100]) {
+                    outcome = Err(e);
+                    break;
+                }
             }
-        }
-        let _ = done.send((outcome, writer.flush()));
-    });
-    let (outcome, flushed) = finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("writers hung after the background flush panicked");
+            (outcome, writer.flush())
+        },
+    );
     for result in [outcome, flushed] {
         match result {
             Err(Error::Poisoned(why)) => assert!(why.contains("panicked"), "{why}"),
@@ -622,14 +622,12 @@ fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
         other => panic!("expected Poisoned, got {other:?}"),
     }
     panic_now.store(false, Ordering::SeqCst);
-    let (done, finished) = std::sync::mpsc::channel();
     let again = Arc::clone(&db);
-    std::thread::spawn(move || {
-        let _ = done.send(again.compact());
-    });
-    let second = finished
-        .recv_timeout(Duration::from_secs(20))
-        .expect("Db::compact hangs after a panic in an earlier one");
+    let second = within(
+        20,
+        "Db::compact hangs after a panic in an earlier one",
+        move || again.compact(),
+    );
     assert!(matches!(second, Err(Error::Poisoned(_))), "{second:?}");
     assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
 }

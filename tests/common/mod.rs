@@ -155,3 +155,20 @@ impl GroupWriter {
         self.handle.join().unwrap()
     }
 }
+
+/// Runs `f` on its own thread and returns its result, or panics with
+/// `what` if it has not finished within `secs` seconds (a hang: the thread
+/// is left behind).
+pub fn within<T: Send + 'static>(
+    secs: u64,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    finished
+        .recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
