@@ -16,9 +16,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::hooked_fs::{FsHooks, Hooked};
 use common::Rng;
 use reliab::{batch, check, churn_options, keys_of, value_of};
-use sievedb::fs::{FileSystem, RealFs, WritableFile};
+use sievedb::fs::{FileSystem, RealFs};
 use sievedb::{Db, Error, Options};
 
 fn scale() -> u64 {
@@ -369,16 +370,7 @@ enum ManifestRead {
 #[derive(Debug)]
 struct ManifestReadFs(parking_lot::Mutex<ManifestRead>);
 
-impl FileSystem for ManifestReadFs {
-    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.create_dir_all(path)
-    }
-    fn create(&self, path: &Path) -> std::io::Result<Box<dyn WritableFile>> {
-        RealFs.create(path)
-    }
-    fn open_append(&self, path: &Path) -> std::io::Result<Box<dyn WritableFile>> {
-        RealFs.open_append(path)
-    }
+impl FsHooks for ManifestReadFs {
     fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         let mut data = RealFs.read(path)?;
         let manifest = path
@@ -399,23 +391,11 @@ impl FileSystem for ManifestReadFs {
         }
         Ok(data)
     }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        RealFs.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
-        RealFs.sync_dir(path)
-    }
     fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
         if *self.0.lock() == ManifestRead::ListFails {
             return Err(std::io::Error::other("injected listing failure"));
         }
         RealFs.list_dir(path)
-    }
-    fn truncate(&self, path: &Path, len: u64) -> std::io::Result<()> {
-        RealFs.truncate(path, len)
     }
 }
 
@@ -430,7 +410,9 @@ impl FileSystem for ManifestReadFs {
 #[test]
 fn verify_ignores_an_edit_being_appended_but_not_a_shortened_manifest() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fs = std::sync::Arc::new(ManifestReadFs(parking_lot::Mutex::new(ManifestRead::AsIs)));
+    let fs = std::sync::Arc::new(Hooked(ManifestReadFs(parking_lot::Mutex::new(
+        ManifestRead::AsIs,
+    ))));
     let mut opts = churn_options();
     opts.fs = fs.clone();
     let db = Db::open(dir.path(), opts).expect("open");
@@ -443,12 +425,12 @@ fn verify_ignores_an_edit_being_appended_but_not_a_shortened_manifest() {
     assert!(clean.is_ok(), "{:?}", clean.problems);
     assert!(clean.manifest_records >= 2, "{clean:?}");
 
-    *fs.0.lock() = ManifestRead::AppendInFlight;
+    *fs.0 .0.lock() = ManifestRead::AppendInFlight;
     let report = db.verify().expect("verify");
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(report.manifest_records, clean.manifest_records);
 
-    *fs.0.lock() = ManifestRead::Shortened;
+    *fs.0 .0.lock() = ManifestRead::Shortened;
     let report = db.verify().expect("verify");
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
     assert!(
@@ -464,7 +446,7 @@ fn verify_ignores_an_edit_being_appended_but_not_a_shortened_manifest() {
 
     // A directory that cannot be listed (for the logs) is a problem in
     // the report, not an error of the call.
-    *fs.0.lock() = ManifestRead::ListFails;
+    *fs.0 .0.lock() = ManifestRead::ListFails;
     let report = db.verify().expect("verify reports, does not fail");
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
     assert!(
@@ -569,16 +551,7 @@ struct HoldManifestFs {
     fail_remove: std::sync::Mutex<Option<PathBuf>>,
 }
 
-impl FileSystem for HoldManifestFs {
-    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
-        RealFs.create_dir_all(p)
-    }
-    fn create(&self, p: &Path) -> std::io::Result<Box<dyn WritableFile>> {
-        RealFs.create(p)
-    }
-    fn open_append(&self, p: &Path) -> std::io::Result<Box<dyn WritableFile>> {
-        RealFs.open_append(p)
-    }
+impl FsHooks for HoldManifestFs {
     fn read(&self, p: &Path) -> std::io::Result<Vec<u8>> {
         let name = p.file_name().unwrap_or_default().to_string_lossy();
         if name.starts_with("MANIFEST-") {
@@ -593,23 +566,11 @@ impl FileSystem for HoldManifestFs {
         }
         RealFs.read(p)
     }
-    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-        RealFs.rename(a, b)
-    }
     fn remove_file(&self, p: &Path) -> std::io::Result<()> {
         if self.fail_remove.lock().unwrap().as_deref() == Some(p) {
             return Err(std::io::Error::other("injected remove failure"));
         }
         RealFs.remove_file(p)
-    }
-    fn sync_dir(&self, p: &Path) -> std::io::Result<()> {
-        RealFs.sync_dir(p)
-    }
-    fn list_dir(&self, p: &Path) -> std::io::Result<Vec<String>> {
-        RealFs.list_dir(p)
-    }
-    fn truncate(&self, p: &Path, n: u64) -> std::io::Result<()> {
-        RealFs.truncate(p, n)
     }
 }
 
@@ -623,7 +584,7 @@ impl FileSystem for HoldManifestFs {
 fn verify_does_not_chain_a_leftover_flushed_log_to_newer_ones() {
     use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(HoldManifestFs::default());
+    let fs = Arc::new(Hooked(HoldManifestFs::default()));
     let opts = Options {
         background_compaction: false,
         fs: fs.clone(),
@@ -644,7 +605,12 @@ fn verify_does_not_chain_a_leftover_flushed_log_to_newer_ones() {
     *fs.hold.lock().unwrap() = true;
     let verifying = Arc::clone(&db);
     let verifier = std::thread::spawn(move || verifying.verify().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !fs.waiting.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "verify never read the manifest through the filesystem"
+        );
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     *fs.fail_remove.lock().unwrap() = Some(first_log.clone());

@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use sievedb::fs::{FileSystem, RealFs, WritableFile};
+
+mod common;
+use common::hooked_fs::{FsHooks, Hooked};
 use sievedb::wal::{read_log, scan_log, LogWriter, MAX_RECORD_PAYLOAD, RECORD_HEADER_LEN};
 use sievedb::Error;
 
@@ -338,10 +341,7 @@ impl WritableFile for FailingFile {
     }
 }
 
-impl FileSystem for FailingFs {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        RealFs.create_dir_all(path)
-    }
+impl FsHooks for FailingFs {
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         Ok(Box::new(FailingFile {
             inner: RealFs.create(path)?,
@@ -356,34 +356,16 @@ impl FileSystem for FailingFs {
             fail_syncs: self.fail_syncs.clone(),
         }))
     }
-    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        RealFs.read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealFs.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        RealFs.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealFs.sync_dir(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        RealFs.list_dir(path)
-    }
-    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
-        RealFs.truncate(path, len)
-    }
 }
 
 #[test]
 fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.log");
-    let fs = FailingFs {
+    let fs = Hooked(FailingFs {
         appends_left: Arc::new(AtomicUsize::new(3)),
         ..Default::default()
-    };
+    });
     let mut w = LogWriter::create(&fs, &path).unwrap();
     // Exactly three appends succeed, so three records means one append each.
     for i in 0..3u64 {
@@ -409,10 +391,10 @@ fn one_append_per_record_and_writer_refuses_after_a_failed_append() {
 fn writer_refuses_after_a_failed_sync() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.log");
-    let fs = FailingFs {
+    let fs = Hooked(FailingFs {
         appends_left: Arc::new(AtomicUsize::new(usize::MAX)),
         ..Default::default()
-    };
+    });
     let mut w = LogWriter::create(&fs, &path).unwrap();
     w.add_record(b"one").unwrap();
     w.sync().unwrap();

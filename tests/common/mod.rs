@@ -31,6 +31,7 @@ pub fn small_options() -> Options {
 }
 
 pub mod filters;
+pub mod hooked_fs;
 
 #[path = "../support/streams.rs"]
 mod streams;
