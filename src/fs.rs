@@ -29,6 +29,32 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Creates (or truncates) `path` for writing.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Creates `path` for writing; fails with
+    /// [`io::ErrorKind::AlreadyExists`] if it exists, leaving it as it is.
+    ///
+    /// The engine creates every table, log and manifest with this: each
+    /// has a file number never handed out before, so an existing file of
+    /// that name means the numbering went wrong, and truncating it could
+    /// destroy a live table (one a reader has mapped). The default looks
+    /// for the name in [`list_dir`](Self::list_dir) of the parent, then
+    /// calls [`create`](Self::create); an implementation that can create
+    /// exclusively (`O_EXCL`, as [`RealFs`] does) should.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = path.file_name().and_then(|n| n.to_str());
+        if let Some(name) = name {
+            if self.list_dir(parent)?.iter().any(|n| n == name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} already exists", path.display()),
+                ));
+            }
+        }
+        self.create(path)
+    }
     /// Opens `path` for appending, creating it if missing.
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     /// Reads the whole of `path`.
@@ -91,6 +117,10 @@ impl FileSystem for RealFs {
             .create(true)
             .truncate(true)
             .open(path)?;
+        Ok(Box::new(RealFile { file }))
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
         Ok(Box::new(RealFile { file }))
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {

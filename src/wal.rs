@@ -106,9 +106,10 @@ impl std::fmt::Debug for LogWriter {
 }
 
 impl LogWriter {
-    /// Creates (truncates) a new log at `path`.
+    /// Creates a new log at `path`, which must not exist (an existing file
+    /// is left alone and gives [`Error::Io`] of kind `AlreadyExists`).
     pub fn create(fs: &dyn FileSystem, path: &Path) -> Result<LogWriter> {
-        let file = fs.create(path).map_err(|e| Error::io(path, e))?;
+        let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(LogWriter::new(file, path, 0))
     }
 

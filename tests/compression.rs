@@ -621,6 +621,8 @@ fn write_v1_fixture(path: &Path, compression: Compression, filter_policy: Arc<dy
         compression,
         ..Default::default()
     };
+    // Tables are created exclusively; the callers write one path in turn.
+    let _ = std::fs::remove_file(path);
     let mut b = TableBuilder::new(&RealFs, path, 7, opts).unwrap();
     for (k, seq, kind, v) in v1_fixture_entries() {
         b.add(&k, seq, kind, &v).unwrap();

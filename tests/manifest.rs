@@ -523,16 +523,21 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
     let path = dir.path().join(&name);
     std::fs::write(dir.path().join(CURRENT_FILE_NAME), format!("{name}\n")).unwrap();
     let snapshot = ManifestState::default().snapshot_edit();
+    // Each case writes the manifest anew (logs are created exclusively).
+    let fresh_log = || {
+        let _ = std::fs::remove_file(&path);
+        LogWriter::create(&RealFs, &path).unwrap()
+    };
 
     // Empty manifest (no snapshot record at all).
-    LogWriter::create(&RealFs, &path).unwrap();
+    fresh_log();
     assert_eq!(
         corruption(&Manifest::recover(&RealFs, dir.path()).unwrap_err()).0,
         path
     );
 
     // First record is not a snapshot.
-    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    let mut w = fresh_log();
     w.add_record(
         &VersionEdit {
             added: vec![table(0, 1)],
@@ -547,7 +552,7 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
     );
 
     // An edit that removes a table that is not live.
-    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    let mut w = fresh_log();
     w.add_record(&snapshot.encode()).unwrap();
     let second = w.len();
     w.add_record(
@@ -572,7 +577,7 @@ fn recover_rejects_manifests_that_are_well_framed_but_wrong() {
     );
 
     // A record with a valid checksum but an undecodable payload.
-    let mut w = LogWriter::create(&RealFs, &path).unwrap();
+    let mut w = fresh_log();
     w.add_record(&snapshot.encode()).unwrap();
     let second = w.len();
     w.add_record(&[9, 9, 9]).unwrap();

@@ -350,6 +350,8 @@ fn inconsistent_prefix_properties_are_corruption() {
             prefix_len: Some(6),
             ..TableOptions::default()
         };
+        // Each case builds the table anew (tables are created exclusively).
+        let _ = std::fs::remove_file(&path);
         let mut b = TableBuilder::new(&RealFs, &path, 1, opts).unwrap();
         for user in 0..50 {
             b.add(&key(user, 0), 1, sievedb::key::ValueKind::Put, b"v")

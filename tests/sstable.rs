@@ -40,7 +40,10 @@ type Entry = (InternalKey, Vec<u8>);
 /// One version of a user key: sequence, kind, value.
 type Version = (u64, ValueKind, Vec<u8>);
 
+/// Builds a table of `entries` at `path`, replacing any earlier one (the
+/// builder itself creates its file exclusively).
 fn write(path: &Path, entries: &[Entry], opts: TableOptions) -> TableMeta {
+    let _ = std::fs::remove_file(path);
     let mut b = TableBuilder::new(&RealFs, path, 7, opts).unwrap();
     for (k, v) in entries {
         b.add(&k.user_key, k.seq, k.kind, v).unwrap();
@@ -517,6 +520,7 @@ fn properties_round_trip_and_reserved_names_are_refused() {
     assert_eq!(t.filter().format_name(), "bloom");
     assert_eq!(t.path(), path.as_path());
 
+    let path = dir.path().join("reserved.sst");
     let mut b = TableBuilder::new(&RealFs, &path, 3, TableOptions::default()).unwrap();
     b.add(b"k", 1, ValueKind::Put, b"v").unwrap();
     b.set_property("sievedb.table.entries", vec![0]);

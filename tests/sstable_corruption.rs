@@ -56,6 +56,9 @@ fn fixture(policy: &Arc<dyn FilterPolicy>, dir: &Path) -> Fixture {
         prefix_len: None,
         compression: Compression::None,
     };
+    // Called once per policy into one directory; tables are created
+    // exclusively.
+    let _ = std::fs::remove_file(&path);
     let mut b = TableBuilder::new(&RealFs, &path, 1, opts).unwrap();
     for (k, v) in &entries {
         b.add(&k.user_key, k.seq, k.kind, v).unwrap();

@@ -530,6 +530,7 @@ fn long_records_take_the_same_torn_and_corrupt_decisions() {
     }
     // A multi-MiB record torn halfway, followed by nothing.
     let big = payload(5, 3 << 20);
+    std::fs::remove_file(&path).unwrap();
     let mut w = LogWriter::create(&RealFs, &path).unwrap();
     w.add_record(b"first").unwrap();
     w.add_record(&big).unwrap();
@@ -541,4 +542,62 @@ fn long_records_take_the_same_torn_and_corrupt_decisions() {
     assert_eq!(c.records, vec![b"first".to_vec()]);
     assert_eq!(c.valid_len, 13);
     assert!(c.torn_tail);
+}
+
+/// The real filesystem with no call changed: [`Hooked`] over it uses the
+/// trait's default `create_new`.
+#[derive(Debug, Default)]
+struct Plain;
+
+impl FsHooks for Plain {}
+
+/// Tables, logs and manifests are created with `create_new`: a file number
+/// used twice must fail, not truncate a live (possibly mapped) file. Every
+/// filesystem refuses an existing name and leaves the file as it was; a new
+/// name is created.
+#[test]
+fn create_new_refuses_an_existing_file_and_leaves_it_alone() {
+    let filesystems: Vec<(&str, Box<dyn FileSystem>)> = vec![
+        ("RealFs", Box::new(RealFs)),
+        ("FaultFs", Box::new(sievedb::fs::FaultFs::new())),
+        ("trait default", Box::new(Hooked(Plain))),
+    ];
+    for (name, fs) in filesystems {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("000007.log");
+        std::fs::write(&log, b"live contents").unwrap();
+        match LogWriter::create(fs.as_ref(), &log) {
+            Err(Error::Io { path, source }) => {
+                assert_eq!(path, log, "{name}");
+                assert_eq!(source.kind(), io::ErrorKind::AlreadyExists, "{name}");
+            }
+            other => panic!("{name}: a log over an existing file: {other:?}"),
+        }
+        assert_eq!(std::fs::read(&log).unwrap(), b"live contents", "{name}");
+
+        let table = dir.path().join("000008.sst");
+        std::fs::write(&table, b"a mapped table").unwrap();
+        let built = sievedb::sstable::TableBuilder::new(
+            fs.as_ref(),
+            &table,
+            8,
+            sievedb::sstable::TableOptions::default(),
+        );
+        assert!(
+            matches!(&built, Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists),
+            "{name}: a table over an existing file: {:?}",
+            built.err()
+        );
+        assert_eq!(std::fs::read(&table).unwrap(), b"a mapped table", "{name}");
+
+        let fresh = dir.path().join("000009.log");
+        let mut w = LogWriter::create(fs.as_ref(), &fresh).unwrap();
+        w.add_record(b"x").unwrap();
+        w.sync().unwrap();
+        drop(w);
+        assert_eq!(
+            read_log(fs.as_ref(), &fresh).unwrap().records,
+            vec![b"x".to_vec()]
+        );
+    }
 }

@@ -70,6 +70,9 @@ pub fn build_table(path: &Path, data: &[u8], policy_byte: u8) -> bool {
             Compression::None
         },
     };
+    // The builder creates its file exclusively; the scratch path holds the
+    // previous input's table.
+    let _ = std::fs::remove_file(path);
     let Ok(mut b) = TableBuilder::new(&RealFs, path, 1, opts) else {
         return false;
     };

@@ -426,9 +426,16 @@ impl FaultFs {
         Ok(())
     }
 
-    fn open_tracked(&self, path: &Path, truncate: bool) -> io::Result<Box<dyn WritableFile>> {
+    fn open_tracked(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn WritableFile>> {
         let mut s = self.state.lock();
         s.begin(FaultOp::Create)?;
+        if mode == OpenMode::New && fs::symlink_metadata(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", path.display()),
+            ));
+        }
+        let truncate = mode != OpenMode::Append;
         s.adopt(path);
         if truncate {
             // A truncating create replaces the file: the old content stays
@@ -436,14 +443,14 @@ impl FaultFs {
             // before the open below empties the file.
             s.unlink_live(path);
         }
-        let file = if truncate {
-            OpenOptions::new()
+        let file = match mode {
+            OpenMode::Truncate => OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
-                .open(path)?
-        } else {
-            OpenOptions::new().append(true).create(true).open(path)?
+                .open(path)?,
+            OpenMode::New => OpenOptions::new().write(true).create_new(true).open(path)?,
+            OpenMode::Append => OpenOptions::new().append(true).create(true).open(path)?,
         };
         let ino = match s.live.get(path) {
             Some(&ino) if !truncate => ino,
@@ -463,6 +470,17 @@ impl FaultFs {
             generation: s.generation,
         }))
     }
+}
+
+/// How [`FaultFs::open_tracked`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenMode {
+    /// Create or truncate (`create`).
+    Truncate,
+    /// Create; the name must not exist (`create_new`).
+    New,
+    /// Create or append (`open_append`).
+    Append,
 }
 
 struct FaultFile {
@@ -528,11 +546,15 @@ impl FileSystem for FaultFs {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        self.open_tracked(path, true)
+        self.open_tracked(path, OpenMode::Truncate)
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.open_tracked(path, OpenMode::New)
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        self.open_tracked(path, false)
+        self.open_tracked(path, OpenMode::Append)
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

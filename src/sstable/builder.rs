@@ -87,12 +87,14 @@ impl std::fmt::Debug for TableBuilder {
 
 impl TableBuilder {
     /// Creates the file through the filesystem interface (all writes go
-    /// through [`FileSystem`], never `std::fs`).
+    /// through [`FileSystem`], never `std::fs`); `path` must not exist.
     ///
     /// Fails with [`Error::InvalidArgument`] if `opts.block_bytes` lies
     /// outside [`BLOCK_BYTES_RANGE`] or `opts.restart_interval` outside
     /// [`RESTART_INTERVAL_RANGE`], and with [`Error::Io`] if the file cannot
-    /// be created.
+    /// be created, among others when it exists (kind `AlreadyExists`; the
+    /// file is left as it was: a table number used twice must not truncate
+    /// a live table).
     pub fn new(
         fs: &dyn FileSystem,
         path: &Path,
@@ -116,7 +118,7 @@ impl TableBuilder {
                 "prefix_len must be at least 1 (None turns prefixes off)",
             ));
         }
-        let file = fs.create(path).map_err(|e| Error::io(path, e))?;
+        let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(TableBuilder {
             path: path.to_path_buf(),
             file,
@@ -454,12 +456,13 @@ mod tests {
 
     /// A builder whose data blocks close after every entry (64-byte
     /// blocks, 100-byte keys), so its index gains one full key per entry.
-    fn one_entry_blocks(dir: &std::path::Path) -> TableBuilder {
+    fn one_entry_blocks(dir: &std::path::Path, number: u64) -> TableBuilder {
         let opts = TableOptions {
             block_bytes: 64,
             ..TableOptions::default()
         };
-        TableBuilder::new(&RealFs, &dir.join("000001.sst"), 1, opts).unwrap()
+        let path = dir.join(format!("{number:06}.sst"));
+        TableBuilder::new(&RealFs, &path, number, opts).unwrap()
     }
 
     fn key(i: u32) -> Vec<u8> {
@@ -472,7 +475,7 @@ mod tests {
     fn an_index_block_past_its_limit_is_refused_not_truncated() {
         let dir = tempfile::tempdir().unwrap();
         // The index may hold about 5 entries of 108-byte internal keys.
-        let mut b = one_entry_blocks(dir.path());
+        let mut b = one_entry_blocks(dir.path(), 1);
         b.index_block = BlockBuilder::new(1).with_limit(700);
         let mut refused_at = None;
         for i in 0..20 {
@@ -493,7 +496,7 @@ mod tests {
         assert!(b.finish().is_err());
 
         // The same entries with the real limit build a table.
-        let mut b = one_entry_blocks(dir.path());
+        let mut b = one_entry_blocks(dir.path(), 2);
         for i in 0..20 {
             b.add(&key(i), 1, ValueKind::Put, b"v").unwrap();
         }
