@@ -267,7 +267,12 @@ impl Db {
     /// be created or read, [`Error::Corruption`] naming a damaged file.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         opts.validate()?;
-        let dir = path.as_ref().to_path_buf();
+        if path.as_ref().as_os_str().is_empty() {
+            return Err(Error::invalid("Db::open: the database path is empty"));
+        }
+        // Every file name is joined to `dir`: an absolute path keeps them in
+        // this directory when the process later changes its working one.
+        let dir = std::path::absolute(path.as_ref()).map_err(io_err(path.as_ref()))?;
         let fs = Arc::clone(&opts.fs);
         if dir.exists() && !dir.is_dir() {
             return Err(Error::io(
@@ -797,7 +802,10 @@ impl Db {
         }
     }
 
-    /// The directory the database lives in.
+    /// The directory the database lives in: the path given to
+    /// [`open`](Self::open), made absolute against the working directory
+    /// of that moment (later changes of the working directory do not move
+    /// the database).
     pub fn path(&self) -> &Path {
         &self.inner.dir
     }
@@ -871,9 +879,31 @@ impl Drop for Db {
     }
 }
 
-/// The directories this process has open as databases (canonical paths):
+/// The directories this process has open as databases (see [`DirId`]):
 /// the in-process half of [`DirLock`].
-static OPEN_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static OPEN_DIRS: Mutex<Vec<DirId>> = Mutex::new(Vec::new());
+
+/// What identifies a directory in [`OPEN_DIRS`]: on Unix its device and
+/// inode numbers, which a rename or a second mount point does not change
+/// (a path would let a renamed open directory be opened again); elsewhere
+/// its canonical path.
+#[cfg(unix)]
+type DirId = (u64, u64);
+#[cfg(not(unix))]
+type DirId = PathBuf;
+
+fn dir_id(dir: &Path) -> Result<DirId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir).map_err(io_err(dir))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        dir.canonicalize().map_err(io_err(dir))
+    }
+}
 
 /// The exclusive hold of a database directory: an entry in [`OPEN_DIRS`]
 /// (against a second open in this process) and, on Unix, a POSIX record
@@ -892,6 +922,7 @@ static OPEN_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 pub(crate) struct DirLock {
     file: Option<File>,
     dir: PathBuf,
+    id: DirId,
 }
 
 impl std::fmt::Debug for DirLock {
@@ -905,14 +936,15 @@ impl Drop for DirLock {
         // Close first: once the entry is gone another open in this process
         // may lock the file, and a close after that would drop its lock.
         drop(self.file.take());
-        OPEN_DIRS.lock().retain(|d| d != &self.dir);
+        OPEN_DIRS.lock().retain(|d| d != &self.id);
     }
 }
 
 fn acquire_lock(dir: &Path) -> Result<DirLock> {
     let canonical = dir.canonicalize().map_err(io_err(dir))?;
+    let id = dir_id(&canonical)?;
     let mut open = OPEN_DIRS.lock();
-    if open.contains(&canonical) {
+    if open.contains(&id) {
         return Err(Error::Locked(dir.to_path_buf()));
     }
     let path = dir.join("LOCK");
@@ -927,10 +959,11 @@ fn acquire_lock(dir: &Path) -> Result<DirLock> {
         Ok(false) => return Err(Error::Locked(dir.to_path_buf())),
         Err(e) => return Err(Error::io(path, e)),
     }
-    open.push(canonical.clone());
+    open.push(id);
     Ok(DirLock {
         file: Some(file),
         dir: canonical,
+        id,
     })
 }
 

@@ -631,3 +631,38 @@ fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
     assert!(matches!(second, Err(Error::Poisoned(_))), "{second:?}");
     assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
 }
+
+/// Regression (found by review, sixteenth session): the in-process table
+/// of open directories was keyed by path, and the POSIX record lock does
+/// not stop a second open in the same process, so a database directory
+/// renamed while open could be opened again under its new name. The second
+/// handle replayed and deleted the first one's live log, whose later synced
+/// writes were then lost. Directories are now known by device and inode.
+#[test]
+fn a_renamed_open_directory_cannot_be_opened_again_in_the_process() {
+    let parent = tempfile::tempdir().unwrap();
+    let before = parent.path().join("db");
+    let after = parent.path().join("db-renamed");
+    let opts = Options {
+        sync_writes: true,
+        ..Options::default()
+    };
+    let db = Db::open(&before, opts.clone()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    std::fs::rename(&before, &after).unwrap();
+    match Db::open(&after, opts.clone()) {
+        Err(Error::Locked(_)) => {}
+        other => panic!("a second open of the renamed directory: {other:?}"),
+    }
+    drop(db);
+    let db = Db::open(&after, opts).unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+}
+
+#[test]
+fn an_empty_database_path_is_an_invalid_argument() {
+    assert!(matches!(
+        Db::open("", Options::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
