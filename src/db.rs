@@ -405,6 +405,7 @@ impl Db {
                 Arc::clone(counters_of(&level_counters, record.level as usize)),
                 block_cache.clone(),
             )?;
+            check_record_describes_table(record, table.meta(), &path)?;
             handles.push(TableHandle::new(
                 record.clone(),
                 Arc::new(table),
@@ -412,6 +413,10 @@ impl Db {
                 path,
             )?);
         }
+        let manifest_path = old_manifest
+            .map(|(n, _)| dir.join(manifest_file_name(n)))
+            .unwrap_or_else(|| dir.clone());
+        check_manifest_levels(&mstate, &manifest_path)?;
         let mut version = Version::new(opts.num_levels).apply(&[], handles);
 
         // Replay the logs newer than the manifest into one memtable.
@@ -1091,6 +1096,83 @@ pub(crate) fn finish_table(mut builder: TableBuilder) -> Result<TableMeta> {
     }
     builder.set_property(KEY_SKETCH_PROPERTY, sketch.to_bytes());
     builder.finish()
+}
+
+/// A table must be what the manifest recorded when it was added: the
+/// reads trust the record's key range (which tables a get or scan
+/// consults) and the table's sequence numbers (what a snapshot sees). Both
+/// come from one builder, so any difference is damage or a crafted file.
+pub(crate) fn check_record_describes_table(
+    record: &TableRecord,
+    meta: &TableMeta,
+    path: &Path,
+) -> Result<()> {
+    let same = record.file_size == meta.file_size
+        && record.smallest == meta.smallest
+        && record.largest == meta.largest
+        && record.smallest_seq == meta.smallest_seq
+        && record.largest_seq == meta.largest_seq;
+    if same {
+        return Ok(());
+    }
+    Err(Error::corruption(
+        path,
+        None,
+        format!(
+            "the table does not match its manifest record: file size {} against {}, \
+             keys {:?}..={:?} against {:?}..={:?}, sequences {}..={} against {}..={}",
+            meta.file_size,
+            record.file_size,
+            String::from_utf8_lossy(&meta.smallest),
+            String::from_utf8_lossy(&meta.largest),
+            String::from_utf8_lossy(&record.smallest),
+            String::from_utf8_lossy(&record.largest),
+            meta.smallest_seq,
+            meta.largest_seq,
+            record.smallest_seq,
+            record.largest_seq,
+        ),
+    ))
+}
+
+/// What reads assume of the manifest's levels: below level 0 the tables of
+/// a level hold disjoint key ranges (a get consults one table per level, a
+/// scan reads a level's tables one after another), and no table holds a
+/// sequence number past the last one the manifest records (new writes
+/// continue from it; one at or below a table's would hide behind it).
+pub(crate) fn check_manifest_levels(state: &ManifestState, manifest: &Path) -> Result<()> {
+    for (level, tables) in state.levels.iter().enumerate().skip(1) {
+        let mut ranges: Vec<&TableRecord> = tables.iter().collect();
+        ranges.sort_by(|a, b| a.smallest.cmp(&b.smallest));
+        for pair in ranges.windows(2) {
+            if pair[0].largest >= pair[1].smallest {
+                return Err(Error::corruption(
+                    manifest,
+                    None,
+                    format!(
+                        "level {level} holds tables {} and {} with overlapping key ranges",
+                        pair[0].file_number, pair[1].file_number
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(t) = state
+        .levels
+        .iter()
+        .flatten()
+        .find(|t| t.largest_seq > state.last_sequence)
+    {
+        return Err(Error::corruption(
+            manifest,
+            None,
+            format!(
+                "table {} holds sequence number {}, past the last one recorded ({})",
+                t.file_number, t.largest_seq, state.last_sequence
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes the newest version of every key of `mem` to level-0 table

@@ -12,17 +12,22 @@
 //!
 //! * **tables** (every table the current version references): opened afresh
 //!   from disk (footer, its checksum and magic, properties, index and filter
-//!   blocks with their checksums), the file size compared with the manifest's
-//!   record, then *every* data block's checksum, decompression (for compressed
-//!   blocks) and restart array, then every
-//!   entry decoded in order (internal keys strictly increasing, inside the
-//!   manifest's key range);
+//!   blocks with their checksums), the file size, key range and sequence
+//!   range compared with the manifest's record, then *every* data block's
+//!   checksum, decompression (for compressed blocks), entries and restart
+//!   points (each at an entry sharing no prefix, increasing) and its last key
+//!   against its index entry, then every entry decoded in order (internal
+//!   keys strictly increasing, inside the manifest's key range, the first
+//!   and last being the properties' smallest and largest keys, every user
+//!   key and key prefix passing the filter);
 //! * **logs** (every write-ahead log at or above the manifest's log number):
 //!   every record's checksum, every payload decoded as a write batch. A torn
 //!   tail (the end of the log being written) is not a problem;
 //! * **the manifest**: every record's checksum, every edit decoded and
-//!   replayed from empty (the first must be a snapshot), and the replayed
-//!   table set compared with the one the database runs on.
+//!   replayed from empty (the first must be a snapshot), the replayed
+//!   table set compared with the one the database runs on, and the levels
+//!   checked as open checks them (below level 0 disjoint key ranges, no
+//!   table past the last sequence number).
 //!
 //! The same checks are exposed as free functions over bytes or paths
 //! ([`check_table_file`], [`check_log_bytes`], [`check_manifest_bytes`]) so
@@ -32,12 +37,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{SequenceChain, WriteBatch};
-use crate::db::{log_file_name, parse_numbered, Db};
+use crate::db::{
+    check_manifest_levels, check_record_describes_table, log_file_name, parse_numbered, Db,
+};
 use crate::error::{Error, Result};
-use crate::filter::FilterPolicy;
+use crate::filter::{key_hash, prefix_hash, FilterPolicy};
 use crate::iter::InternalIterator;
 use crate::key::decode_internal_key;
 use crate::manifest::{manifest_file_name, ManifestState, TableRecord, VersionEdit};
+use crate::sstable::block::{user_part, BlockView};
 use crate::sstable::Table;
 use crate::stats::ReadCounters;
 use crate::wal::{scan_log, RECORD_HEADER_LEN};
@@ -175,32 +183,41 @@ pub fn check_table_file(
         reason,
     };
     if let Some(rec) = expected {
-        if rec.file_size != table.meta().file_size {
-            report.problems.push(problem(
-                None,
-                format!(
-                    "file is {} bytes but the manifest records {}",
-                    table.meta().file_size,
-                    rec.file_size
-                ),
-            ));
+        if let Err(e) = check_record_describes_table(rec, table.meta(), path) {
+            report.problems.push(Problem::from_error(e, path));
         }
     }
-    // Every data block: checksum and restart array, independently of the
-    // iterator below (which stops at the first bad block).
+    // Every data block: checksum, restart array and entries, and its last
+    // key against the index (a get goes to the first block whose index key
+    // is not below its key), independently of the iterator below (which
+    // stops at the first bad block).
     for i in 0..table.data_blocks() {
-        let Some(entry) = table.index_entry(i) else {
+        let (Some(entry), Some(index_key)) = (table.index_entry(i), table.index_key(i)) else {
             break;
         };
         report.data_blocks += 1;
-        if let Err(e) = table.data_block_uncounted(entry.handle) {
-            report.problems.push(Problem::from_error(e, path));
+        let checked = table.data_block_uncounted(entry.handle).and_then(|block| {
+            BlockView::parse(block.as_slice(), entry.handle.offset)
+                .and_then(|view| view.check_entries())
+                .map_err(|c| table.block_error(c))
+        });
+        match checked {
+            Err(e) => report.problems.push(Problem::from_error(e, path)),
+            Ok(last) if last != index_key => report.problems.push(problem(
+                Some(entry.handle.offset),
+                format!("data block {i} does not end with the key its index entry names"),
+            )),
+            Ok(_) => {}
         }
     }
     if !report.problems.is_empty() {
         return report;
     }
-    // Every entry, in order.
+    // Every entry, in order. Every user key (and key prefix) must pass the
+    // table's filter: a filter that misses a key would make gets skip it.
+    let meta = table.meta();
+    let filter = table.filter();
+    let prefix_len = table.prefix_len();
     let mut it = table.iter();
     let mut prev: Option<Vec<u8>> = None;
     let walk = (|| -> Result<()> {
@@ -210,6 +227,32 @@ pub fn check_table_file(
             let Some((user, _, _)) = decode_internal_key(key) else {
                 return Err(Error::corruption(path, None, "malformed internal key"));
             };
+            let new_user = prev.as_deref().is_none_or(|p| user_part(p) != user);
+            if new_user && !filter.may_contain(key_hash(user)) {
+                return Err(Error::corruption(
+                    path,
+                    None,
+                    format!("entry {}'s key is missing from the filter", report.entries),
+                ));
+            }
+            let prefix = prefix_len.and_then(|n| user.get(..n));
+            if new_user && prefix.is_some_and(|p| !filter.may_contain(prefix_hash(p))) {
+                return Err(Error::corruption(
+                    path,
+                    None,
+                    format!(
+                        "entry {}'s key prefix is missing from the filter",
+                        report.entries
+                    ),
+                ));
+            }
+            if prev.is_none() && user != meta.smallest.as_slice() {
+                return Err(Error::corruption(
+                    path,
+                    None,
+                    "the first key is not the smallest key the properties record",
+                ));
+            }
             if let Some(p) = &prev {
                 if crate::key::compare_internal(p, key) != std::cmp::Ordering::Less {
                     return Err(Error::corruption(
@@ -237,8 +280,14 @@ pub fn check_table_file(
         }
         Ok(())
     })();
+    let last_user = prev.as_deref().map(user_part);
     if let Err(e) = walk {
         report.problems.push(Problem::from_error(e, path));
+    } else if last_user.is_some_and(|u| u != meta.largest.as_slice()) {
+        report.problems.push(problem(
+            None,
+            "the last key is not the largest key the properties record".to_string(),
+        ));
     } else if report.entries != table.meta().entries {
         report.problems.push(problem(
             None,
@@ -423,6 +472,10 @@ impl Db {
                         reason: "replaying the manifest gives another state than the live one"
                             .into(),
                     });
+                }
+                // What open requires of the levels holds while running too.
+                if let Err(e) = check_manifest_levels(&mstate, &manifest_path) {
+                    report.problems.push(Problem::from_error(e, &manifest_path));
                 }
             }
             // Appends only make it longer: bytes the engine wrote and synced

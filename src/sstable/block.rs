@@ -283,6 +283,59 @@ impl<'a> BlockView<'a> {
         Ok(off)
     }
 
+    /// Decodes every entry and checks what [`parse`](Self::parse) takes on
+    /// trust because a read cannot afford it: each restart point is the
+    /// start of an entry that shares nothing with the key before it, and
+    /// the restart points increase. (A restart offset inside a value, its
+    /// checksum valid, would let a seek decode the value's bytes as
+    /// entries.) Returns the block's last key (empty for an empty block).
+    pub(crate) fn check_entries(&self) -> Result<Vec<u8>, BlockCorruption> {
+        let mut key = Vec::new();
+        let mut pos = 0;
+        let mut next_restart = 0;
+        let mut restart = if self.num_restarts > 0 {
+            Some(self.restart(0)?)
+        } else {
+            None
+        };
+        while pos < self.entries_end {
+            let e = self.entry(pos, key.len())?;
+            if restart == Some(pos) {
+                if e.shared != 0 {
+                    return Err(self.corrupt(pos, "entry at a restart point shares a prefix"));
+                }
+                next_restart += 1;
+                restart = if next_restart < self.num_restarts {
+                    let r = self.restart(next_restart)?;
+                    if r <= pos {
+                        return Err(self.corrupt(
+                            self.entries_end + next_restart * 4,
+                            "restart points do not increase",
+                        ));
+                    }
+                    Some(r)
+                } else {
+                    None
+                };
+            } else if restart.is_some_and(|r| r < pos) {
+                return Err(self.corrupt(
+                    self.entries_end + next_restart * 4,
+                    "restart point inside an entry",
+                ));
+            }
+            key.truncate(e.shared);
+            key.extend_from_slice(e.delta);
+            pos = e.next;
+        }
+        if restart.is_some() {
+            return Err(self.corrupt(
+                self.entries_end + next_restart * 4,
+                "restart point inside an entry",
+            ));
+        }
+        Ok(key)
+    }
+
     /// Decodes the entry header at `pos`; `prev_key_len` is the length of
     /// the previous key (0 at a restart point).
     #[inline]

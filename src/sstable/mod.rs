@@ -89,7 +89,7 @@ use std::sync::Arc;
 use crate::filter::{BloomPolicy, FilterPolicy};
 use crate::key::{SequenceNumber, ValueKind};
 
-mod block;
+pub(crate) mod block;
 mod builder;
 pub mod format;
 mod iter;

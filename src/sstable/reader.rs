@@ -280,7 +280,7 @@ impl Table {
         Error::corruption(&self.path, Some(offset), reason)
     }
 
-    fn block_error(&self, c: BlockCorruption) -> Error {
+    pub(crate) fn block_error(&self, c: BlockCorruption) -> Error {
         self.corrupt(c.offset, c.reason)
     }
 
@@ -667,6 +667,11 @@ impl Table {
             cmp_internal_parts(&self.index_keys[e.key_start..e.key_end], user_key, trailer)
                 == Ordering::Less
         })
+    }
+
+    pub(crate) fn index_key(&self, i: usize) -> Option<&[u8]> {
+        let e = self.index.get(i)?;
+        self.index_keys.get(e.key_start..e.key_end)
     }
 
     pub(crate) fn index_entry(&self, i: usize) -> Option<&IndexEntry> {
