@@ -386,12 +386,14 @@ impl DbIterator {
             };
             let (user, seq, kind) =
                 decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
+            // Before the version checks: entries past the bound (newer
+            // than the snapshot or not) are never the scan's to walk.
+            if past_upper(&self.upper, user) {
+                return Ok(None);
+            }
             if seq > snapshot || self.last_user_key.as_deref() == Some(user) {
                 cursor.next()?;
                 continue;
-            }
-            if past_upper(&self.upper, user) {
-                return Ok(None);
             }
             // The newest visible version of a new user key.
             let user = user.to_vec();
@@ -510,5 +512,86 @@ impl DoubleEndedIterator for DbIterator {
         }
         let step = self.retreat();
         self.finish(step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memtable::Memtable;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A cursor that counts the entries stepped over.
+    struct Counting {
+        inner: Box<dyn InternalIterator>,
+        steps: Arc<AtomicUsize>,
+    }
+
+    impl InternalIterator for Counting {
+        fn valid(&self) -> bool {
+            self.inner.valid()
+        }
+        fn seek_to_first(&mut self) -> Result<()> {
+            self.inner.seek_to_first()
+        }
+        fn seek(&mut self, target: &[u8]) -> Result<()> {
+            self.inner.seek(target)
+        }
+        fn next(&mut self) -> Result<()> {
+            self.steps.fetch_add(1, Ordering::Relaxed);
+            self.inner.next()
+        }
+        fn seek_to_last(&mut self) -> Result<()> {
+            self.inner.seek_to_last()
+        }
+        fn prev(&mut self) -> Result<()> {
+            self.steps.fetch_add(1, Ordering::Relaxed);
+            self.inner.prev()
+        }
+        fn key(&self) -> &[u8] {
+            self.inner.key()
+        }
+        fn value(&self) -> &[u8] {
+            self.inner.value()
+        }
+    }
+
+    /// Regression (found by review, sixteenth session): the front end
+    /// skipped entries newer than its snapshot before checking its upper
+    /// bound, so a bounded scan, once past its last key, stepped over every
+    /// newer entry beyond the bound (a long-lived snapshot's small scans
+    /// each walked the rest of the memtable). The bound now comes first.
+    #[test]
+    fn a_bounded_scan_stops_at_its_bound_before_newer_entries() {
+        let mem = Arc::new(Memtable::new(0));
+        mem.insert(b"a", 1, ValueKind::Put, b"1");
+        for i in 0..1_000u32 {
+            let key = format!("b{i:04}");
+            mem.insert(key.as_bytes(), 2 + u64::from(i), ValueKind::Put, b"v");
+        }
+        let steps = Arc::new(AtomicUsize::new(0));
+        let source: CursorSource = {
+            let (mem, steps) = (Arc::clone(&mem), Arc::clone(&steps));
+            Box::new(move || {
+                MergingIterator::new(vec![Box::new(Counting {
+                    inner: Box::new(mem.iter()),
+                    steps: Arc::clone(&steps),
+                })])
+            })
+        };
+        // Snapshot 1: only `a` is visible; the scan is `a..=a`.
+        let mut scan = DbIterator::new(
+            source,
+            1,
+            Bound::Included(b"a".to_vec()),
+            Bound::Included(b"a".to_vec()),
+        );
+        assert_eq!(
+            scan.next().unwrap().unwrap(),
+            (b"a".to_vec(), b"1".to_vec())
+        );
+        assert!(scan.next().is_none());
+        let stepped = steps.load(Ordering::Relaxed);
+        assert!(stepped <= 2, "stepped over {stepped} entries of 1,001");
     }
 }
