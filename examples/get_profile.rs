@@ -18,14 +18,15 @@ fn main() {
     let missing = std::env::args().any(|a| a == "--missing");
     let start = std::time::Instant::now();
     let mut found = 0u64;
+    let mut n = 0u64;
     for round in 0..10 {
         for (i, k) in keys.iter().enumerate() {
             if (i % 2 == 1) == missing && (i + round) % 3 == 0 {
                 found += db.get(k).unwrap().is_some() as u64;
+                n += 1;
             }
         }
     }
-    let n = 10 * keys.len() as u64 / 2 / 3;
     eprintln!(
         "{} gets, found {found}, {:.0} ns/get, stats {:?}",
         n,

@@ -21,6 +21,13 @@
 use crate::error::{Error, Result};
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
 
+/// A batch record's header: first sequence number (8) and count (4).
+pub(crate) const BATCH_HEADER_BYTES: usize = 12;
+
+/// A record holding one put, less its key and value: the header, the kind
+/// byte and the two 4-byte lengths.
+pub(crate) const ONE_PUT_RECORD_OVERHEAD: usize = BATCH_HEADER_BYTES + 9;
+
 /// A group of puts and deletes applied atomically by
 /// [`Db::write`](crate::Db::write).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,7 +106,7 @@ impl WriteBatch {
             .iter()
             .filter(|op| op.kind == ValueKind::Put)
             .count();
-        12 + self.bytes + 5 * self.ops.len() + 4 * puts
+        BATCH_HEADER_BYTES + self.bytes + 5 * self.ops.len() + 4 * puts
     }
 
     /// Encodes the batch as a log payload starting at `first_seq`.
@@ -200,6 +207,19 @@ mod tests {
         assert_eq!(back, b);
         for cut in 0..enc.len() {
             assert!(WriteBatch::decode(&enc[..cut], corrupt).is_err());
+        }
+    }
+
+    /// `Options::validate` bounds `max_key_bytes + max_value_bytes` by the
+    /// record limit less this overhead: it must be what a one-put batch
+    /// costs.
+    #[test]
+    fn one_put_costs_its_key_value_and_the_stated_overhead() {
+        for (k, v) in [(1, 0), (3, 1000), (64 << 10, 5)] {
+            let mut b = WriteBatch::new();
+            b.put(vec![1u8; k], vec![2u8; v]);
+            assert_eq!(b.encoded_len(), ONE_PUT_RECORD_OVERHEAD + k + v);
+            assert_eq!(b.encode(1).len(), b.encoded_len());
         }
     }
 }

@@ -25,8 +25,9 @@
 //! `CURRENT` is written last, so a checkpoint interrupted by a crash has
 //! none; on an error the files made so far are removed, newest first
 //! (best effort), leaving the destination empty for a retry.
-//! Tables flushed after step 3 began are not included: a checkpoint holds a
-//! prefix of the write history (whole batches, since a batch lands in one
+//! Tables flushed after step 4 took the manifest state are not included
+//! (nor, of course, are writes no flush has reached by then): a checkpoint
+//! holds a prefix of the write history (whole batches, since a batch lands in one
 //! memtable and memtables flush in order).
 
 use std::path::{Path, PathBuf};

@@ -240,7 +240,7 @@ impl DbInner {
         let mut bg = self.bg.lock();
         loop {
             if self.is_poisoned() {
-                return Err(Error::Poisoned("an earlier background job failed".into()));
+                return Err(Error::Poisoned(self.poison_reason()));
             }
             if bg.shutdown {
                 return Err(Error::Closed);
@@ -296,6 +296,9 @@ impl DbInner {
     /// with `Options::last_level_filters` off, none: all are in the deepest
     /// level).
     pub(crate) fn compact_all(&self) -> Result<()> {
+        // Everything written before the call goes into tables first, so
+        // that the level-0 tables present after this are the whole of it.
+        self.flush()?;
         let bottom = {
             let v = self.current();
             v.version
@@ -317,10 +320,20 @@ impl DbInner {
                     let version = Arc::clone(&db.current().version);
                     let tables = version.levels.get(level)?;
                     if level == 0 {
-                        if tables.is_empty() {
+                        // Only the tables present at the call: flushes of
+                        // concurrent writes keep refilling level 0, and
+                        // waiting for it to empty may never end. The others
+                        // are newer than every target, so merging the
+                        // targets below them keeps the lookup order.
+                        let present: Vec<_> = tables
+                            .iter()
+                            .filter(|t| targets.contains(&t.record.file_number))
+                            .cloned()
+                            .collect();
+                        if present.is_empty() {
                             return None;
                         }
-                        return Some(db.job_for(&version, 0, 1, tables.clone()));
+                        return Some(db.job_for(&version, 0, 1, present));
                     }
                     let output = if level == bottom { level } else { level + 1 };
                     let first = tables

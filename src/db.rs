@@ -721,6 +721,13 @@ impl Db {
     /// [`Options::last_level_filters`] is off: everything is then in the
     /// deepest level). Use it after switching policy to migrate the whole
     /// tree at once.
+    ///
+    /// It first flushes the memtables, as [`flush`](Self::flush) does, then
+    /// rewrites the tables present at that point (and what merging them
+    /// produces): every write acknowledged before the call ends in the
+    /// deepest level. Tables that concurrent writes flush meanwhile stay as
+    /// they are, so with writers running it returns rather than chasing
+    /// them.
     pub fn compact_all(&self) -> Result<()> {
         self.check_open()?;
         self.inner.compact_all()

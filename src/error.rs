@@ -48,10 +48,13 @@ pub enum Error {
     #[error("database at {} is already open elsewhere (LOCK held)", .0.display())]
     Locked(PathBuf),
 
-    /// An earlier write, sync or background job failed with an I/O error, or
-    /// a flush or compaction panicked (e.g. in a custom filter policy), so
-    /// the in-memory state may no longer match the disk. The database refuses
-    /// further writes until it is reopened, which recovers from the files.
+    /// An earlier write, sync, flush or compaction failed (an I/O error, a
+    /// table found corrupt while compacting, or any other error of a
+    /// background job), or a flush or compaction panicked (e.g. in a custom
+    /// filter policy), so the in-memory state may no longer match the disk.
+    /// The string is that first failure. The database refuses further
+    /// writes, flushes and compactions until it is reopened, which recovers
+    /// from the files.
     #[error("database refuses writes after an earlier failure (reopen to recover): {0}")]
     Poisoned(String),
 

@@ -132,9 +132,12 @@ impl InternalKey {
 
 impl Ord for InternalKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.user_key.cmp(&other.user_key).then_with(|| {
-            pack_trailer(other.seq, other.kind).cmp(&pack_trailer(self.seq, self.kind))
-        })
+        // (seq, kind) descending: the packed trailer's order for every
+        // sequence number it can hold, and still consistent with `Eq` for
+        // the ones it cannot (it keeps only 56 bits).
+        self.user_key
+            .cmp(&other.user_key)
+            .then_with(|| (other.seq, other.kind as u8).cmp(&(self.seq, self.kind as u8)))
     }
 }
 
@@ -147,6 +150,29 @@ impl PartialOrd for InternalKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (found by review, sixteenth session): `Ord` compared
+    /// packed trailers, which drop a sequence number's bits past 56, so two
+    /// keys `Eq` told apart could compare `Equal`.
+    #[test]
+    fn internal_key_order_agrees_with_equality_and_the_encoding() {
+        let k = |seq, kind| InternalKey::new(b"k".to_vec(), seq, kind);
+        let past = k(MAX_SEQUENCE + 1, ValueKind::Put);
+        assert_ne!(past.cmp(&k(0, ValueKind::Put)), Ordering::Equal);
+        let keys = [
+            k(0, ValueKind::Delete),
+            k(0, ValueKind::Put),
+            k(7, ValueKind::Delete),
+            k(7, ValueKind::Put),
+            k(MAX_SEQUENCE, ValueKind::Put),
+        ];
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(a.cmp(b) == Ordering::Equal, a == b);
+                assert_eq!(a.cmp(b), compare_internal(&a.encode(), &b.encode()));
+            }
+        }
+    }
 
     #[test]
     fn order_newest_first() {

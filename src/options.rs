@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use crate::batch::ONE_PUT_RECORD_OVERHEAD;
 use crate::error::{Error, Result};
 use crate::filter::budget::FilterBudget;
 use crate::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::fs::{FileSystem, RealFs};
 use crate::sstable::Compression;
+use crate::wal::MAX_RECORD_PAYLOAD;
 
 /// How a compaction out of level 1 or deeper chooses its input table.
 ///
@@ -61,15 +63,22 @@ pub struct Options {
     /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
     /// 1 byte.
     pub max_key_bytes: usize,
-    /// Largest accepted value, in bytes. Default 64 MiB.
+    /// Largest accepted value, in bytes. Default 64 MiB. A write batch is
+    /// one log record of at most 1 GiB, so `max_key_bytes + max_value_bytes
+    /// + 21` (a batch's header and one put's lengths) must not pass 2^30; a
+    /// batch of several operations whose encoding passes 1 GiB is refused
+    /// with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub max_value_bytes: usize,
     /// Number of levels, level 0 included. Default 7.
     pub num_levels: usize,
     /// Level-0 table count that triggers a compaction into level 1.
     /// Default 4.
     pub level0_compaction_trigger: usize,
-    /// Level-0 table count above which writers wait for compaction.
-    /// Default 12.
+    /// Level-0 table count at which writers wait for compaction: a write
+    /// that must switch to a new memtable while level 0 holds at least
+    /// this many tables waits until a compaction brings it below. Only with
+    /// [`background_compaction`](Self::background_compaction) on (without
+    /// it nothing would ever end the wait). Default 12.
     pub level0_stop_writes: usize,
     /// Target size of level 1 in bytes. Default 64 MiB.
     pub level1_bytes: u64,
@@ -247,9 +256,12 @@ impl Options {
             (1..=(1 << 20)).contains(&self.max_key_bytes),
             "max_key_bytes must be in 1..=1 MiB",
         )?;
+        // A put of the largest key and value must fit one log record.
         check(
-            self.max_value_bytes <= (1 << 30),
-            "max_value_bytes must be at most 1 GiB",
+            self.max_value_bytes
+                <= MAX_RECORD_PAYLOAD - ONE_PUT_RECORD_OVERHEAD - self.max_key_bytes,
+            "max_value_bytes must leave room in one log record (1 GiB) for the largest key \
+             and 21 bytes of framing: max_key_bytes + max_value_bytes + 21 <= 2^30",
         )?;
         check(
             (2..=16).contains(&self.num_levels),

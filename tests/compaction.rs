@@ -321,3 +321,54 @@ fn level0_at_its_trigger_compacts_when_level1_sits_exactly_at_its_target() {
         assert!(db.get(key(100_000 + i)).unwrap().is_some());
     }
 }
+
+/// Regression (found by review, sixteenth session): `compact_all` merged
+/// level 0 into level 1 until level 0 was empty, so while writers kept
+/// flushing new level-0 tables it did not return until they stopped. It now
+/// merges the level-0 tables present at the call, as `compact` does.
+#[test]
+fn compact_all_returns_while_writers_keep_writing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        memtable_bytes: 16 << 10,
+        table_bytes: 256 << 10,
+        level1_bytes: 1 << 30,
+        level0_compaction_trigger: 4,
+        level0_stop_writes: 64,
+        ..Options::default()
+    };
+    let db = Arc::new(Db::open(dir.path(), opts).unwrap());
+    for i in 0..20_000u64 {
+        db.put(key((i * 7919) % 20_000), [b'v'; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                // Bounded, so a failing test does not leave them running.
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                let mut rng = Rng(7 + w);
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < end {
+                    db.put(key(rng.below(20_000)), [b'w'; 100]).unwrap();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (done, finished) = std::sync::mpsc::channel();
+    let compacting = Arc::clone(&db);
+    std::thread::spawn(move || {
+        let _ = done.send(compacting.compact_all());
+    });
+    let outcome = finished.recv_timeout(std::time::Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    outcome
+        .expect("compact_all did not return within 60 s while writers wrote")
+        .unwrap();
+}

@@ -666,3 +666,28 @@ fn an_empty_database_path_is_an_invalid_argument() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Regression (found by review, sixteenth session): `max_value_bytes` of 1
+/// GiB was accepted, but a put of a value that size did not fit one log
+/// record and was refused. The limit now leaves room for the largest key
+/// and the record's framing.
+#[test]
+fn max_value_bytes_leaves_room_for_the_key_in_one_log_record() {
+    let record = sievedb::wal::MAX_RECORD_PAYLOAD;
+    let fits = Options {
+        max_key_bytes: 100,
+        max_value_bytes: record - 100 - 21,
+        ..Options::default()
+    };
+    fits.validate().unwrap();
+    let too_big = Options {
+        max_value_bytes: fits.max_value_bytes + 1,
+        ..fits.clone()
+    };
+    assert!(matches!(too_big.validate(), Err(Error::InvalidArgument(_))));
+    let one_gib = Options {
+        max_value_bytes: 1 << 30,
+        ..Options::default()
+    };
+    assert!(matches!(one_gib.validate(), Err(Error::InvalidArgument(_))));
+}

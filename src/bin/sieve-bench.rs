@@ -79,7 +79,7 @@ impl CompressionArg {
 /// Read-path benchmarks for sievedb (and, with the `peers` feature, RocksDB
 /// and fjall side by side).
 #[derive(Debug, Parser)]
-#[command(name = "sieve-bench", version, about)]
+#[command(name = "sieve-bench", version)]
 struct Args {
     /// Keys to load.
     #[arg(long, default_value_t = 1_000_000)]
@@ -614,6 +614,30 @@ fn run(args: &Args) -> BenchResult<Report> {
     })
 }
 
+/// The threads the phases ran on: `--threads`, and the counts actually
+/// used where a phase had fewer pieces of work than threads.
+fn threads_note(report: &Report) -> String {
+    let mut used: Vec<usize> = report
+        .runs
+        .iter()
+        .flat_map(|r| r.phases.iter().map(|p| p.threads))
+        .collect();
+    used.sort_unstable();
+    used.dedup();
+    match used.as_slice() {
+        [] => format!("{} thread(s)", report.threads),
+        [one] if *one == report.threads => format!("{one} thread(s)"),
+        _ => format!(
+            "{} thread(s) asked for, {} used (per phase in the JSON)",
+            report.threads,
+            used.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let report = match run(&args) {
@@ -624,13 +648,13 @@ fn main() -> std::process::ExitCode {
         }
     };
     println!(
-        "sieve-bench: {} keys ({} B keys, {} B values), {} reads/phase, {} thread(s){}; \
+        "sieve-bench: {} keys ({} B keys, {} B values), {} reads/phase, {}{}; \
          {} CPUs, {}, kernel {}",
         args.num,
         args.key_size,
         args.value_size,
         report.reads,
-        report.threads,
+        threads_note(&report),
         if report.cold {
             ", cold cache"
         } else {
