@@ -21,6 +21,37 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
+
+/// Query-speed trial of the `AffE` probe scheme against the library's Bloom
+/// filter and sbbf-rs-safe (x86-64 with AVX-512 F and VL only).
+#[derive(Parser)]
+#[command(name = "affine_probe_trial")]
+struct Args {
+    /// Keys in each filter (at least 1,000: queries go in batches of 1,000).
+    #[arg(value_name = "KEYS", default_value_t = 1_000_000,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1000..))]
+    keys: usize,
+    /// Interleaved timing rounds (at least 1).
+    #[arg(value_name = "ROUNDS", default_value_t = 15,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    rounds: usize,
+    /// Entries of the shape table (a power of two).
+    #[arg(value_name = "TABLE_ENTRIES", default_value_t = 64, value_parser = power_of_two)]
+    entries: usize,
+}
+
+/// A whole number that is a power of two (1, 2, 4, ...).
+fn power_of_two(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n.is_power_of_two() => Ok(n),
+        _ => Err(format!(
+            "expected a power of two (1, 2, 4, ...), got {text:?}"
+        )),
+    }
+}
+
 /// One 64-byte line, 64-byte aligned so that it is one cache line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -148,23 +179,20 @@ mod avx512 {
 }
 
 fn main() {
+    // Arguments are checked first, on every machine.
+    let args = Args::parse();
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl") {
-        run();
+        run(args);
         return;
     }
+    let _ = args; // checked, but there is nothing to run them on
     eprintln!("this trial needs x86-64 with AVX-512 F and VL");
 }
 
 #[cfg(target_arch = "x86_64")]
-fn run() {
-    let arg = |i: usize, default: usize| {
-        std::env::args()
-            .nth(i)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, rounds, entries) = (arg(1, 1_000_000), arg(2, 15), arg(3, 64));
+fn run(args: Args) {
+    let (n, rounds, entries) = (args.keys, args.rounds, args.entries);
     let mut r = 7u64;
     let present: Vec<u64> = (0..n).map(|_| splitmix(&mut r)).collect();
     let absent: Vec<u64> = (0..n.max(1_000_000)).map(|_| splitmix(&mut r)).collect();

@@ -21,8 +21,26 @@ mod streams;
 
 use std::time::Instant;
 
+use clap::Parser;
 use sievedb::{Db, Options};
 use streams::SplitMix64;
+
+/// Point reads with the block cache off and on, side by side in one process.
+#[derive(Parser)]
+#[command(name = "block_cache")]
+struct Args {
+    /// Keys to load (at least 1,000).
+    #[arg(value_name = "KEYS", default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1000..))]
+    keys: u64,
+    /// Block cache size in MiB of the "on" copy.
+    #[arg(value_name = "CACHE_MIB", default_value_t = 32)]
+    cache_mib: u64,
+    /// Timing rounds (at least 1).
+    #[arg(value_name = "ROUNDS", default_value_t = 9,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+}
 
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:013}").into_bytes()
@@ -34,16 +52,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> sievedb::Result<()> {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| {
-            a.parse()
-                .expect("numeric arguments: keys, cache MiB, rounds")
-        })
-        .collect();
-    let keys = args.first().copied().unwrap_or(2_000_000).max(1000);
-    let cache_mib = args.get(1).copied().unwrap_or(32);
-    let rounds = args.get(2).copied().unwrap_or(9).max(1) as usize;
+    let args = Args::parse();
+    let keys = args.keys;
+    let cache_mib = args.cache_mib;
+    let rounds = args.rounds as usize;
     const VALUE: usize = 100;
     const GETS: u64 = 200_000;
 

@@ -16,6 +16,42 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use clap::Parser;
+
+/// Probe-scheme experiment for the blocked Bloom filter (FP rate and query
+/// time per scheme). Takes no arguments; see the environment variables
+/// below.
+#[derive(Parser)]
+#[command(
+    name = "bloom_probe_schemes",
+    after_help = "Environment:\n  Q  absent queries per seed (a whole number, at least 1; default 10000000)\n  T  random shapes of the AffE schemes (a whole number, at least 1; default 64)"
+)]
+struct Args {}
+
+/// The whole number in environment variable `name` (at least 1), or
+/// `default` when it is not set; anything else ends the process with a
+/// usage message (exit code 2).
+fn env_count(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => default,
+        Ok(text) => match text.parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => env_error(&format!(
+                "{name}: expected a whole number of at least 1, got {text:?}"
+            )),
+        },
+        Err(std::env::VarError::NotUnicode(text)) => {
+            env_error(&format!("{name}: not valid Unicode: {text:?}"))
+        }
+    }
+}
+
+fn env_error(message: &str) -> ! {
+    eprintln!("error: {message}");
+    eprintln!("usage: [Q=<queries per seed>] [T=<AffE shapes>] bloom_probe_schemes");
+    std::process::exit(2)
+}
+
 const LINE_WORDS: usize = 8;
 const PM: u32 = 0x9e37_79b9;
 
@@ -306,10 +342,7 @@ impl F {
 /// random 9-bit values on top.
 static AFF: std::sync::LazyLock<Vec<[u32; 16]>> = std::sync::LazyLock::new(|| {
     let mut r = xs(0xabcdef);
-    (0..std::env::var("T")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(64))
+    (0..env_count("T", 64))
         .map(|_| {
             let low = (r() as u32) & ((1 << 23) - 1) | 1;
             let mut e = [0u32; 16];
@@ -369,11 +402,12 @@ fn theory_distinct(bpk: f64, k: usize) -> f64 {
 }
 
 fn main() {
+    Args::parse();
+    // Both variables are checked before any work (`T` is read again where
+    // the shapes are made).
+    let queries = env_count("Q", 10_000_000);
+    env_count("T", 64);
     let n = 1_000_000usize;
-    let queries: usize = std::env::var("Q")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000_000);
     let seeds = [1u64, 2, 3, 4, 5];
     for (bpk, k) in [(6.0, 4u32), (10.0, 6), (16.0, 9)] {
         println!(

@@ -11,7 +11,17 @@
 
 use std::time::Instant;
 
+use clap::Parser;
 use sievedb::{CompactionPick, Db, Options};
+
+/// Compares the compaction picking policies on an overwrite-heavy workload.
+#[derive(Parser)]
+#[command(name = "compaction_pick")]
+struct Args {
+    /// Overwrites after the 400,000 keys are loaded.
+    #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+    writes: u64,
+}
 
 /// splitmix64: a small deterministic generator.
 struct Rng(u64);
@@ -27,13 +37,7 @@ impl Rng {
 }
 
 fn main() -> sievedb::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let writes: u64 = args
-        .iter()
-        .position(|a| a == "--writes")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000_000);
+    let writes = Args::parse().writes;
     let keys: u64 = 400_000;
     println!("workload: {keys} keys loaded once, then {writes} overwrites; 80% of them to a hot 5% of the keys");
     println!(

@@ -24,6 +24,7 @@ mod streams;
 use std::path::Path;
 use std::time::Instant;
 
+use clap::Parser;
 use sievedb::{Compression, Db, Options};
 use streams::SplitMix64;
 
@@ -69,13 +70,24 @@ fn load(dir: &Path, compression: Compression, keys: u64, kind: &str) -> sievedb:
     Ok(db)
 }
 
+/// Table size and point-read latency with LZ4 compression off and on.
+#[derive(Parser)]
+#[command(name = "compression")]
+struct Args {
+    /// Keys to load (at least 1,000).
+    #[arg(value_name = "KEYS", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1000..))]
+    keys: u64,
+    /// Timing rounds (at least 1).
+    #[arg(value_name = "ROUNDS", default_value_t = 9,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+}
+
 fn main() -> sievedb::Result<()> {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("numeric arguments: keys, rounds"))
-        .collect();
-    let keys = args.first().copied().unwrap_or(1_000_000).max(1000);
-    let rounds = args.get(1).copied().unwrap_or(9).max(1) as usize;
+    let args = Args::parse();
+    let keys = args.keys;
+    let rounds = args.rounds as usize;
     let base = tempfile::tempdir().expect("tempdir");
     println!(
         "{keys} keys (16 B), {VALUE} B values, {GETS} present gets per round, {rounds} rounds"

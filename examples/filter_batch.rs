@@ -18,6 +18,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use sievedb::filter::{BloomPolicy, Filter, FilterPolicy};
 
 const BATCH: usize = 1_000;
@@ -59,11 +61,19 @@ fn pass(filter: &Filter, hashes: &[u64], out: &mut [bool], variant: Variant) -> 
     start.elapsed().as_nanos() as f64 / QUERIES_PER_PASS as f64
 }
 
+/// Batched against single Bloom queries, in interleaved rounds.
+#[derive(Parser)]
+#[command(name = "filter_batch")]
+struct Args {
+    /// Filter sizes in keys, each at least 1,000 (one batch) [default:
+    /// 10000 1000000 10000000].
+    #[arg(value_name = "SIZE",
+          value_parser = RangedU64ValueParser::<usize>::new().range(BATCH as u64..))]
+    sizes: Vec<usize>,
+}
+
 fn main() {
-    let mut sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|s| s.parse().expect("a size is a number of keys"))
-        .collect();
+    let mut sizes = Args::parse().sizes;
     if sizes.is_empty() {
         sizes = vec![10_000, 1_000_000, 10_000_000];
     }

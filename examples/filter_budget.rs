@@ -17,8 +17,60 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
+use clap::{Parser, ValueEnum};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use sievedb::{Db, FilterBudget, Options, TableInfo};
+
+/// Uniform against Monkey filter budgets on one tree shape.
+#[derive(Parser)]
+#[command(name = "filter_budget")]
+struct Args {
+    /// Keys to load (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// Filter policy.
+    #[arg(long, value_enum, default_value_t = Policy::Bloom)]
+    policy: Policy,
+    /// Bits per key (Bloom-equivalent for Ribbon): a positive number.
+    #[arg(long, value_name = "B", default_value_t = 10.0, value_parser = positive_number)]
+    bits: f64,
+    /// Memtable size in KiB (at least 1).
+    #[arg(long, value_name = "K", default_value_t = 256,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    memtable_kib: usize,
+    /// Level-1 target size in KiB (at least 1); x10 per deeper level.
+    #[arg(long, value_name = "K", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    level1_kib: u64,
+}
+
+/// The filter policies the example can build.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    /// `BloomPolicy`.
+    Bloom,
+    /// `RibbonPolicy` (at the Bloom-equivalent bits per key).
+    Ribbon,
+}
+
+impl Policy {
+    fn name(self) -> &'static str {
+        match self {
+            Policy::Bloom => "bloom",
+            Policy::Ribbon => "ribbon",
+        }
+    }
+}
+
+/// A finite number greater than 0.
+fn positive_number(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("expected a positive number, got {text:?}")),
+    }
+}
 
 /// splitmix64: a small deterministic generator.
 fn mix(mut z: u64) -> u64 {
@@ -34,18 +86,10 @@ fn key(i: u64) -> String {
     format!("key{:016}", i)
 }
 
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn policy(name: &str, bits: f64) -> Arc<dyn FilterPolicy> {
-    match name {
-        "ribbon" => Arc::new(RibbonPolicy::new(bits)),
-        _ => Arc::new(BloomPolicy::new(bits)),
+fn filter_policy(policy: Policy, bits: f64) -> Arc<dyn FilterPolicy> {
+    match policy {
+        Policy::Ribbon => Arc::new(RibbonPolicy::new(bits)),
+        Policy::Bloom => Arc::new(BloomPolicy::new(bits)),
     }
 }
 
@@ -77,7 +121,7 @@ struct Outcome {
 
 fn run(
     label: &str,
-    policy_name: &str,
+    policy: Policy,
     bits: f64,
     budget: FilterBudget,
     keys: u64,
@@ -88,7 +132,7 @@ fn run(
         source: e,
     })?;
     let opts = Options {
-        filter_policy: policy(policy_name, bits),
+        filter_policy: filter_policy(policy, bits),
         filter_budget: budget,
         memtable_bytes,
         level1_bytes,
@@ -116,9 +160,9 @@ fn run(
     // What the tables predict: each covering table's own theoretical rate.
     let rate = |t: &TableInfo| {
         let b = t.filter_bits_per_key.unwrap_or(bits);
-        match policy_name {
-            "ribbon" => RibbonPolicy::new(b).fp_rate(),
-            _ => BloomPolicy::new(b).expected_fp_rate(),
+        match policy {
+            Policy::Ribbon => RibbonPolicy::new(b).fp_rate(),
+            Policy::Bloom => BloomPolicy::new(b).expected_fp_rate(),
         }
     };
     let rates: Vec<f64> = tables.iter().map(rate).collect();
@@ -176,12 +220,14 @@ fn run(
 }
 
 fn main() -> sievedb::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let keys: u64 = arg(&args, "--keys", 2_000_000);
-    let bits: f64 = arg(&args, "--bits", 10.0);
-    let policy_name: String = arg(&args, "--policy", "bloom".to_string());
-    let memtable_kib: usize = arg(&args, "--memtable-kib", 256);
-    let level1_kib: u64 = arg(&args, "--level1-kib", 1024);
+    let Args {
+        keys,
+        policy,
+        bits,
+        memtable_kib,
+        level1_kib,
+    } = Args::parse();
+    let policy_name = policy.name();
     let sizes = (memtable_kib << 10, level1_kib << 10);
     println!(
         "{keys} keys (20 B keys, 32 B values), {policy_name} at {bits} bits/key; \
@@ -191,33 +237,12 @@ fn main() -> sievedb::Result<()> {
         "{:<22} {:>12} {:>8} {:>10} {:>10} {:>12}   runs (keys@bits/key)",
         "budget", "filter bytes", "bits/key", "blk/miss", "expected", "miss gets/s"
     );
-    let uniform = run(
-        "uniform",
-        &policy_name,
-        bits,
-        FilterBudget::Uniform,
-        keys,
-        sizes,
-    )?;
-    let monkey = run(
-        "monkey",
-        &policy_name,
-        bits,
-        FilterBudget::Monkey,
-        keys,
-        sizes,
-    )?;
+    let uniform = run("uniform", policy, bits, FilterBudget::Uniform, keys, sizes)?;
+    let monkey = run("monkey", policy, bits, FilterBudget::Monkey, keys, sizes)?;
     // Uniform filters with the memory Monkey used, for a like-for-like
     // comparison.
     let matched = bits * monkey.filter_bytes as f64 / uniform.filter_bytes as f64;
     let label = format!("uniform at {matched:.2}");
-    run(
-        &label,
-        &policy_name,
-        matched,
-        FilterBudget::Uniform,
-        keys,
-        sizes,
-    )?;
+    run(&label, policy, matched, FilterBudget::Uniform, keys, sizes)?;
     Ok(())
 }

@@ -13,12 +13,19 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use sievedb::filter::bloom::{blocked_bloom_fp_rate, BloomLayout};
 use sievedb::filter::ribbon::RibbonLayout;
 use sievedb::filter::ribbon64::Ribbon64Layout;
 use sievedb::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, NoFilter, RibbonPolicy};
+
+/// Each filter policy's size, false-positive rate, query and build time.
+/// Takes no arguments.
+#[derive(Parser)]
+#[command(name = "filters")]
+struct Args {}
 
 const KEYS: usize = 1_000_000;
 const PASSES: usize = 5;
@@ -112,6 +119,7 @@ fn time_queries(filter: &Filter, hashes: &[u64]) -> (f64, usize) {
 }
 
 fn main() {
+    Args::parse();
     let mut rng = StdRng::seed_from_u64(0x5eed_f117e7);
     let present = random_key_hashes(&mut rng, KEYS, 0);
     let absent = random_key_hashes(&mut rng, KEYS, 1);

@@ -1,9 +1,24 @@
 //! Tight loop of point reads for profiling (not a benchmark).
+use clap::Parser;
 use sievedb::{Db, Options};
+
+/// Tight loop of point reads for profiling (not a benchmark).
+#[derive(Parser)]
+#[command(name = "get_profile")]
+struct Args {
+    /// Track hot keys on the get path (`Options::track_hot_keys`).
+    #[arg(long)]
+    hot: bool,
+    /// Get the keys that are missing instead of the present ones.
+    #[arg(long)]
+    missing: bool,
+}
+
 fn main() {
+    let args = Args::parse();
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
-        track_hot_keys: std::env::args().any(|a| a == "--hot"),
+        track_hot_keys: args.hot,
         ..Options::default()
     };
     let db = Db::open(dir.path(), opts).unwrap();
@@ -15,7 +30,7 @@ fn main() {
     }
     db.flush().unwrap();
     db.compact().unwrap();
-    let missing = std::env::args().any(|a| a == "--missing");
+    let missing = args.missing;
     let start = std::time::Instant::now();
     let mut found = 0u64;
     let mut n = 0u64;

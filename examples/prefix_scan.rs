@@ -15,21 +15,50 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::{Parser, ValueEnum};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use sievedb::{Db, FilterBudget, Options};
+
+/// Prefix scans with and without prefix filters.
+#[derive(Parser)]
+#[command(name = "prefix_scan")]
+struct Args {
+    /// User ids 0..N (the even ones are loaded, the odd ones are missing).
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    users: u64,
+    /// Items per loaded user.
+    #[arg(long, value_name = "M", default_value_t = 10)]
+    items: u64,
+    /// Filter policy (10 bits/key; Bloom-equivalent for Ribbon).
+    #[arg(long, value_enum, default_value_t = Policy::Bloom)]
+    policy: Policy,
+    /// Filter budget.
+    #[arg(long, value_enum, default_value_t = Budget::Uniform)]
+    budget: Budget,
+}
+
+/// The filter policies the example can build.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    /// `BloomPolicy`.
+    Bloom,
+    /// `RibbonPolicy`.
+    Ribbon,
+}
+
+/// `Options::filter_budget`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Budget {
+    /// `FilterBudget::Uniform`.
+    Uniform,
+    /// `FilterBudget::Monkey`.
+    Monkey,
+}
 
 const PREFIX_LEN: usize = 14;
 
 fn user(id: u64) -> String {
     format!("user:{id:08}/")
-}
-
-fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// splitmix64: a small deterministic generator.
@@ -41,13 +70,11 @@ fn mix(mut z: u64) -> u64 {
 }
 
 fn main() -> sievedb::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let users: u64 = arg(&args, "--users", 200_000);
-    let items: u64 = arg(&args, "--items", 10);
-    let policy_name: String = arg(&args, "--policy", "bloom".to_string());
-    let budget = match arg(&args, "--budget", "uniform".to_string()).as_str() {
-        "monkey" => FilterBudget::Monkey,
-        _ => FilterBudget::Uniform,
+    let args = Args::parse();
+    let (users, items) = (args.users, args.items);
+    let budget = match args.budget {
+        Budget::Monkey => FilterBudget::Monkey,
+        Budget::Uniform => FilterBudget::Uniform,
     };
     let loaded = users / 2;
     // A stride coprime with `loaded`: `i * stride % loaded` visits every
@@ -62,9 +89,9 @@ fn main() -> sievedb::Result<()> {
     while gcd(stride, loaded) != 1 {
         stride += 1;
     }
-    let policy: Arc<dyn FilterPolicy> = match policy_name.as_str() {
-        "ribbon" => Arc::new(RibbonPolicy::new(10.0)),
-        _ => Arc::new(BloomPolicy::new(10.0)),
+    let policy: Arc<dyn FilterPolicy> = match args.policy {
+        Policy::Ribbon => Arc::new(RibbonPolicy::new(10.0)),
+        Policy::Bloom => Arc::new(BloomPolicy::new(10.0)),
     };
     println!(
         "{loaded} users (even ids of 0..{users}) x {items} items, {} filters at 10 bits/key, {budget:?} budget",

@@ -7,10 +7,18 @@
 
 use std::sync::Arc;
 
+use clap::Parser;
 use sievedb::filter::{BloomPolicy, RibbonPolicy};
 use sievedb::{Db, Options, Result, WriteBatch};
 
+/// Open a database, write, read, scan, read a snapshot, switch the filter
+/// policy, print the read statistics. Takes no arguments.
+#[derive(Parser)]
+#[command(name = "quickstart")]
+struct Args {}
+
 fn main() -> Result<()> {
+    Args::parse();
     let dir = tempfile::tempdir().map_err(|e| sievedb::Error::Io {
         path: std::env::temp_dir(),
         source: e,

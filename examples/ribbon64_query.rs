@@ -27,6 +27,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{
@@ -241,11 +243,20 @@ fn run(keys: usize) {
     );
 }
 
+/// The format 0x06 Ribbon query against the blocked Bloom filter's and
+/// format 0x05's, in interleaved rounds.
+#[derive(Parser)]
+#[command(name = "ribbon64_query")]
+struct Args {
+    /// Filter sizes in keys, each at least 1,000 (fewer make format 0x05
+    /// fall back to Bloom) [default: 10000 1000000].
+    #[arg(value_name = "KEYS",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1000..))]
+    sizes: Vec<usize>,
+}
+
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("a key count"))
-        .collect();
+    let sizes = Args::parse().sizes;
     let sizes = if sizes.is_empty() {
         vec![10_000, 1_000_000]
     } else {

@@ -14,28 +14,56 @@
 //! rounds, and the format 0x06 defaults: `SHARD_KEYS_64`, `LANES_64` and
 //! `overhead64_for_keys`).
 
-use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat};
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, MIN_SLOTS};
 use sievedb::filter::ribbon64::{LANES_64, SHARD_KEYS_64};
 use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, RibbonPolicy};
 use std::hint::black_box;
 use std::time::Instant;
 
+/// Build time of the Ribbon filter (formats 0x05 and 0x06) against the
+/// blocked Bloom filter at the same false-positive rate.
+#[derive(Parser)]
+#[command(name = "ribbon_build")]
+struct Args {
+    /// Keys to build over (at least 1,024: fewer make a Ribbon build fall
+    /// back to Bloom).
+    #[arg(value_name = "KEYS", default_value_t = 1_000_000,
+          value_parser = RangedU64ValueParser::<usize>::new().range(MIN_SLOTS as u64..))]
+    keys: usize,
+    /// Timing rounds (at least 1).
+    #[arg(value_name = "ROUNDS", default_value_t = 9,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    rounds: usize,
+    /// Format 0x06: keys per shard to aim at, 1 to 60,000
+    /// (`BuildKnobs::shard_keys_64`).
+    #[arg(value_name = "SHARD_KEYS_64", default_value_t = SHARD_KEYS_64,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=60_000))]
+    shard_keys_64: usize,
+    /// Format 0x06: shards banded at once, 1 to 4 (`BuildKnobs::lanes_64`).
+    #[arg(value_name = "LANES_64", default_value_t = LANES_64,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=4))]
+    lanes_64: usize,
+    /// Format 0x06: fixed slot overhead (slots / keys - 1) of every shard,
+    /// from 0 to 10 [default: `overhead64_for_keys`].
+    #[arg(value_name = "OVERHEAD_64", value_parser = overhead)]
+    overhead_64: Option<f64>,
+}
+
+/// A slot overhead from 0 to 10 (`BuildKnobs::overhead` clamps to that).
+fn overhead(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..=10.0).contains(&x) => Ok(x),
+        _ => Err(format!("expected a number from 0 to 10, got {text:?}")),
+    }
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut number = |default: f64| -> f64 {
-        match args.next() {
-            Some(text) => text.parse().unwrap_or_else(|_| {
-                eprintln!("not a number: {text}");
-                std::process::exit(2)
-            }),
-            None => default,
-        }
-    };
-    let keys = (number(1_000_000.0) as usize).max(1);
-    let rounds = (number(9.0) as usize).max(1);
-    let shard_keys_64 = number(SHARD_KEYS_64 as f64) as usize;
-    let lanes_64 = number(LANES_64 as f64) as usize;
-    let overhead_64 = number(f64::NAN);
+    let args = Args::parse();
+    let (keys, rounds) = (args.keys, args.rounds);
+    let (shard_keys_64, lanes_64) = (args.shard_keys_64, args.lanes_64);
+    let overhead_64 = args.overhead_64.unwrap_or(f64::NAN);
     let hashes: Vec<u64> = (0..keys as u64)
         .map(|i| key_hash(&i.to_le_bytes()))
         .collect();
@@ -67,8 +95,22 @@ fn main() {
     };
     let (mut r128, mut r64, mut r64_base, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sizes = [0usize; 3];
-    let mut failed_64 = 0u64;
-    let mut shards_64 = 0u64;
+    // Seeds and shards of one (untimed) format 0x06 build. Knobs that leave
+    // a shard without a seed that solves (a tiny overhead, tiny shards)
+    // make the build fall back to Bloom: that ends the run here, before any
+    // timing.
+    let (_, outcome) = ribbon.build_with(&hashes, rows64);
+    if outcome.fell_back_to_bloom {
+        eprintln!(
+            "error: format 0x06 fell back to Bloom with {keys} keys, {shard_keys_64} keys/shard and \
+             overhead {}; try a larger overhead",
+            args.overhead_64
+                .map_or("table".to_string(), |o| format!("{:.2}%", o * 100.0))
+        );
+        std::process::exit(1);
+    }
+    let failed_64 = outcome.failed_seeds as u64;
+    let shards_64 = outcome.shards as u64;
     for _ in 0..rounds {
         let (ns, len) = time(&|| ribbon.build_with(black_box(&hashes), rows128).0);
         r128.push(ns);
@@ -90,9 +132,6 @@ fn main() {
         b.push(ns);
         sizes[2] = len;
     }
-    let (_, outcome) = ribbon.build_with(&hashes, rows64);
-    failed_64 += outcome.failed_seeds as u64;
-    shards_64 += outcome.shards as u64;
     let quantile = |v: &[f64], q: f64| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);

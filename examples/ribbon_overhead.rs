@@ -29,18 +29,45 @@
 //! counting the steps of failed seeds too. The Ribbon rate is that of 10 Bloom-equivalent
 //! bits per key (about 0.95%), so bits/key must stay at most 6.96.
 
+use clap::{Parser, ValueEnum};
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RibbonLayout};
 use sievedb::filter::ribbon64::{elimination_steps, Ribbon64Table, LANES_64};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use std::time::Instant;
 
+/// Ribbon build failure rate per seed against the slot overhead.
+#[derive(Parser)]
+#[command(name = "ribbon_overhead")]
+struct Args {
+    /// Multiplies the number of trials per cell: a positive number.
+    #[arg(value_name = "TRIALS_SCALE", default_value_t = 1.0, value_parser = positive_number)]
+    trials_scale: f64,
+    /// `64`: measure format 0x06 (64-bit rows) instead of format 0x05.
+    #[arg(value_name = "FORMAT", value_enum)]
+    format: Option<Format>,
+}
+
+/// The second argument: only `64`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Format 0x06, 64-bit rows.
+    #[value(name = "64")]
+    Rows64,
+}
+
+/// A finite number greater than 0.
+fn positive_number(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("expected a positive number, got {text:?}")),
+    }
+}
+
 fn main() {
-    let scale: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    if std::env::args().nth(2).as_deref() == Some("64") {
+    let args = Args::parse();
+    let scale = args.trials_scale;
+    if args.format == Some(Format::Rows64) {
         return rows64(scale);
     }
     let policy = RibbonPolicy::new(10.0);

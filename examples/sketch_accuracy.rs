@@ -12,13 +12,21 @@
 #[path = "../tests/support/streams.rs"]
 mod streams;
 
+use clap::Parser;
 use sievedb::filter::key_hash;
 use sievedb::sketch::{CountMinSketch, HeavyHitters, HyperLogLog, UpdateMode};
 use streams::{rank_key, zipf_stream, SplitMix64};
 
+/// Accuracy of the key sketches (HyperLogLog, count-min, heavy hitters).
+/// Takes no arguments.
+#[derive(Parser)]
+#[command(name = "sketch_accuracy")]
+struct Args {}
+
 const SEEDS: u64 = 20;
 
 fn main() {
+    Args::parse();
     hll_table();
     hll_mid_range_table();
     cms_table();
