@@ -614,30 +614,6 @@ fn run(args: &Args) -> BenchResult<Report> {
     })
 }
 
-/// The threads the phases ran on: `--threads`, and the counts actually
-/// used where a phase had fewer pieces of work than threads.
-fn threads_note(report: &Report) -> String {
-    let mut used: Vec<usize> = report
-        .runs
-        .iter()
-        .flat_map(|r| r.phases.iter().map(|p| p.threads))
-        .collect();
-    used.sort_unstable();
-    used.dedup();
-    match used.as_slice() {
-        [] => format!("{} thread(s)", report.threads),
-        [one] if *one == report.threads => format!("{one} thread(s)"),
-        _ => format!(
-            "{} thread(s) asked for, {} used (per phase in the JSON)",
-            report.threads,
-            used.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join("/")
-        ),
-    }
-}
-
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let report = match run(&args) {
@@ -654,7 +630,7 @@ fn main() -> std::process::ExitCode {
         args.key_size,
         args.value_size,
         report.reads,
-        threads_note(&report),
+        report.threads_note(),
         if report.cold {
             ", cold cache"
         } else {

@@ -136,6 +136,33 @@ pub struct Report {
     pub total_seconds: f64,
 }
 
+impl Report {
+    /// The threads the phases ran on, for the header: `--threads`, and the
+    /// counts actually used where a phase had fewer pieces of work than
+    /// threads.
+    pub fn threads_note(&self) -> String {
+        let mut used: Vec<usize> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.phases.iter().map(|p| p.threads))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        match used.as_slice() {
+            [] => format!("{} thread(s)", self.threads),
+            [one] if *one == self.threads => format!("{one} thread(s)"),
+            _ => format!(
+                "{} thread(s) asked for, {} used (per phase in the JSON)",
+                self.threads,
+                used.iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ),
+        }
+    }
+}
+
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
 }
@@ -559,6 +586,29 @@ mod tests {
             ],
         );
         assert_eq!(r.phase("readrandom").map(|p| p.ops_per_sec), Some(7.0));
+    }
+
+    /// The header names the threads the phases used, not only the setting
+    /// (`--num 1 --threads 4` ran on one thread and said four).
+    #[test]
+    fn the_header_names_the_threads_used() {
+        let mut one = phase("readrandom", 1.0);
+        let mut four = phase("fillrandom", 1.0);
+        four.threads = 4;
+        let report = |phases: Vec<PhaseResult>| Report {
+            command: String::new(),
+            machine: Machine::detect(),
+            cold: false,
+            reads: 100,
+            threads: 4,
+            runs: vec![run("sievedb", "bloom", "bloom", phases)],
+            total_seconds: 1.0,
+        };
+        assert_eq!(report(vec![four.clone()]).threads_note(), "4 thread(s)");
+        let mixed = report(vec![four, one.clone()]).threads_note();
+        assert!(mixed.contains("4 thread(s) asked for, 1/4 used"), "{mixed}");
+        one.threads = 2;
+        assert!(report(vec![one]).threads_note().contains("2 used"));
     }
 
     /// Peers are paired by filter policy, whatever settings decorate
