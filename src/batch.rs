@@ -226,8 +226,10 @@ mod tests {
 
 /// Checks that log records continue one another's sequence numbers (module
 /// documentation): each batch starts right after the previous batch's last
-/// number, and a seal carries that next number. The first record seen
-/// starts the chain anywhere.
+/// number, and a seal carries that next number. A default chain's first
+/// record starts it anywhere; at open it starts after the manifest's last
+/// sequence ([`starting_at`](Self::starting_at)). Every record's numbers
+/// must lie in `1..=MAX_SEQUENCE`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SequenceChain {
     /// The number the next record must start at, once one was seen.
@@ -243,6 +245,18 @@ impl SequenceChain {
         first_seq: SequenceNumber,
         ops: usize,
     ) -> std::result::Result<(), String> {
+        // A record with a valid checksum can still carry numbers no write
+        // was given (damage the checksum missed, or a crafted log).
+        let last = (ops as u64)
+            .checked_sub(1)
+            .map_or(Some(first_seq), |n| first_seq.checked_add(n));
+        if first_seq == 0 || last.is_none_or(|last| last > MAX_SEQUENCE) {
+            self.next = None;
+            return Err(format!(
+                "record with {ops} operations from sequence {first_seq}: past the \
+                 sequence numbers writes are given (1..={MAX_SEQUENCE})"
+            ));
+        }
         let Some(want) = self.next else {
             self.next = Some(first_seq.saturating_add(ops as u64));
             return Ok(());
@@ -264,15 +278,21 @@ impl SequenceChain {
                 "record starts at sequence {first_seq}, but the records before it end at \
                  {}: the writes {want}..{first_seq} were lost (a damaged log record, \
                  possibly the end of an earlier log)",
-                want - 1
+                want.saturating_sub(1)
             )
         } else {
             format!(
                 "record starts at sequence {first_seq}, but the records before it already \
                  reached {}",
-                want - 1
+                want.saturating_sub(1)
             )
         })
+    }
+
+    /// A chain whose first record must start at `next` (the manifest's
+    /// last sequence + 1 at open).
+    pub(crate) fn starting_at(next: SequenceNumber) -> SequenceChain {
+        SequenceChain { next: Some(next) }
     }
 
     /// Forgets the chain: the next record starts a new one (a log that

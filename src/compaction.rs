@@ -298,6 +298,9 @@ impl DbInner {
     pub(crate) fn compact_all(&self) -> Result<()> {
         // Everything written before the call goes into tables first, so
         // that the level-0 tables present after this are the whole of it.
+        // Its sequence numbers are at most `before`: a table holding one of
+        // them holds data this call must move down.
+        let before = self.visible_seq.load(Ordering::Acquire);
         self.flush()?;
         let bottom = {
             let v = self.current();
@@ -335,10 +338,25 @@ impl DbInner {
                         }
                         return Some(db.job_for(&version, 0, 1, present));
                     }
+                    // Above the bottom: every table holding data from
+                    // before the call, not only the ones present when the
+                    // pass began. A background compaction may meanwhile
+                    // have merged a target into new tables (concurrent
+                    // level-0 compactions take level-1 tables along); the
+                    // old data is in those now. Each job moves such data
+                    // down and nothing brings it back up, so this ends.
+                    // At the bottom tables are rewritten in place, so there
+                    // the targets are the tables present (each rewritten
+                    // once; a background compaction's outputs have filters
+                    // of the current policy already).
                     let output = if level == bottom { level } else { level + 1 };
-                    let first = tables
-                        .iter()
-                        .find(|t| targets.contains(&t.record.file_number))?;
+                    let first = tables.iter().find(|t| {
+                        if level == bottom {
+                            targets.contains(&t.record.file_number)
+                        } else {
+                            t.record.smallest_seq <= before
+                        }
+                    })?;
                     Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
                 };
                 match self.claim(pick)? {

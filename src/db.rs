@@ -210,7 +210,7 @@ pub(crate) struct DbInner {
     /// `Options::block_cache_bytes` is 0).
     pub(crate) block_cache: Option<Arc<BlockCache>>,
     pub(crate) engine: EngineCounters,
-    visible_seq: AtomicU64,
+    pub(crate) visible_seq: AtomicU64,
     /// The current super version: readers load it without locking.
     sv: ArcSwap<SuperVersion>,
     /// Serialises super-version updates (memtable switch, flush and
@@ -392,6 +392,16 @@ impl Db {
                 ));
             }
         }
+        if mstate.log_number > mstate.next_file_number {
+            return Err(Error::corruption(
+                dir.join(manifest_file_name(old_manifest.map_or(0, |(n, _)| n))),
+                None,
+                format!(
+                    "log number {} is past the next file number {}",
+                    mstate.log_number, mstate.next_file_number
+                ),
+            ));
+        }
         let next_file = AtomicU64::new(max_number);
 
         // Open every table the manifest references.
@@ -422,7 +432,7 @@ impl Db {
         // Replay the logs newer than the manifest into one memtable.
         let mut last_seq = mstate.last_sequence;
         let replay = Arc::new(Memtable::new(0));
-        let mut chain = SequenceChain::default();
+        let mut chain = SequenceChain::starting_at(mstate.last_sequence + 1);
         for &n in &logs {
             let path = dir.join(log_file_name(n));
             let contents = read_log(fs.as_ref(), &path)?;
@@ -432,26 +442,17 @@ impl Db {
                     Error::corruption(&path, Some(offset), format!("bad batch record: {why}"))
                 })?;
                 offset += record.len() as u64 + 8;
-                // A record with a valid checksum can still carry numbers
-                // no write was given (damage the checksum missed, or a
-                // crafted log): reported, not wrapped around.
-                let last = (batch.len() as u64)
-                    .checked_sub(1)
-                    .and_then(|n| first_seq.checked_add(n))
-                    .unwrap_or(first_seq);
                 let record_offset = offset - record.len() as u64 - 8;
-                if first_seq == 0 || last > MAX_SEQUENCE {
-                    return Err(Error::corruption(
-                        &path,
-                        Some(record_offset),
-                        format!("batch record with sequence numbers {first_seq}..={last}"),
-                    ));
-                }
                 // A gap means lost records: the last write of an earlier
-                // log and its seal look like a torn tail on their own.
+                // log and its seal look like a torn tail on their own. The
+                // chain starts after the manifest's last sequence (a first
+                // log that is missing, or one reusing numbers a flush
+                // already recorded, is a gap too), and refuses numbers no
+                // write was given (damage the checksum missed).
                 chain
                     .take(first_seq, batch.len())
                     .map_err(|why| Error::corruption(&path, Some(record_offset), why))?;
+                let last = first_seq + (batch.len() as u64).saturating_sub(1);
                 for (i, op) in batch.ops().iter().enumerate() {
                     replay.insert(&op.key, first_seq + i as u64, op.kind, &op.value);
                 }
@@ -723,11 +724,15 @@ impl Db {
     /// tree at once.
     ///
     /// It first flushes the memtables, as [`flush`](Self::flush) does, then
-    /// rewrites the tables present at that point (and what merging them
-    /// produces): every write acknowledged before the call ends in the
-    /// deepest level. Tables that concurrent writes flush meanwhile stay as
-    /// they are, so with writers running it returns rather than chasing
-    /// them.
+    /// moves down every table holding a write acknowledged before the call
+    /// (also when a background compaction has merged it into new tables
+    /// meanwhile) and rewrites the tables of the deepest level in place:
+    /// every such write ends in the level that was the deepest when the
+    /// call began (deeper only if background compactions, running for
+    /// concurrent writers, extend the tree meanwhile). Tables that
+    /// concurrent writes flush meanwhile hold only newer writes and are left
+    /// to the background compactions, so with writers running it returns
+    /// rather than chasing them.
     pub fn compact_all(&self) -> Result<()> {
         self.check_open()?;
         self.inner.compact_all()
@@ -1148,6 +1153,25 @@ pub(crate) fn check_record_describes_table(
 /// sequence number past the last one the manifest records (new writes
 /// continue from it; one at or below a table's would hide behind it).
 pub(crate) fn check_manifest_levels(state: &ManifestState, manifest: &Path) -> Result<()> {
+    if let Some(level0) = state.levels.first() {
+        let mut by_number: Vec<&TableRecord> = level0.iter().collect();
+        by_number.sort_by_key(|t| t.file_number);
+        for pair in by_number.windows(2) {
+            if pair[0].largest_seq >= pair[1].smallest_seq {
+                return Err(Error::corruption(
+                    manifest,
+                    None,
+                    format!(
+                        "level-0 table {} holds sequences up to {}, not below table {}'s {}",
+                        pair[0].file_number,
+                        pair[0].largest_seq,
+                        pair[1].file_number,
+                        pair[1].smallest_seq
+                    ),
+                ));
+            }
+        }
+    }
     for (level, tables) in state.levels.iter().enumerate().skip(1) {
         let mut ranges: Vec<&TableRecord> = tables.iter().collect();
         ranges.sort_by(|a, b| a.smallest.cmp(&b.smallest));
