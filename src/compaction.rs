@@ -34,13 +34,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::db::{
-    counters_of, filter_policy_for_write, finish_table, record_for, table_options, DbInner,
-};
+use crate::db::{counters_of, filter_policy_for_write, finish_table, table_options, DbInner};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
-use crate::manifest::{manifest_file_name, VersionEdit};
+use crate::manifest::{manifest_file_name, TableRecord, VersionEdit};
 use crate::merge::MergingIterator;
 use crate::options::CompactionPick;
 use crate::sstable::{Table, TableBuilder};
@@ -525,7 +523,7 @@ impl DbInner {
             self.block_cache.clone(),
         )?;
         TableHandle::new(
-            record_for(level as u32, &meta),
+            TableRecord::describing(level as u32, &meta),
             Arc::new(table),
             Arc::clone(&self.fs),
             path,

@@ -1086,18 +1086,6 @@ pub(crate) fn filter_policy_for_write(
     policy_for_run(&opts.filter_policy, opts.filter_budget, &runs, run)
 }
 
-pub(crate) fn record_for(level: u32, meta: &TableMeta) -> TableRecord {
-    TableRecord {
-        level,
-        file_number: meta.file_number,
-        file_size: meta.file_size,
-        smallest: meta.smallest.clone(),
-        largest: meta.largest.clone(),
-        smallest_seq: meta.smallest_seq,
-        largest_seq: meta.largest_seq,
-    }
-}
-
 /// Stores the HyperLogLog of the table's distinct user keys in its
 /// properties (from the key hashes the builder already computed for the
 /// filter: no key is hashed twice), then finishes the table.
@@ -1238,7 +1226,7 @@ fn write_level0_table(
         Arc::clone(counters),
         block_cache.cloned(),
     )?;
-    Ok((record_for(0, &meta), table))
+    Ok((TableRecord::describing(0, &meta), table))
 }
 
 impl DbInner {

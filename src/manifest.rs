@@ -67,6 +67,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::key::MAX_SEQUENCE;
 use crate::sstable::format::put_varint64;
+use crate::sstable::TableMeta;
 use crate::wal::{scan_log, LogWriter, MAX_RECORD_PAYLOAD};
 
 /// Levels a manifest can describe (levels `0..MAX_LEVELS`).
@@ -120,6 +121,23 @@ pub struct TableRecord {
     pub smallest_seq: u64,
     /// The largest sequence number in the table.
     pub largest_seq: u64,
+}
+
+impl TableRecord {
+    /// The record of the table `meta` describes, in `level`: what a flush
+    /// or compaction adds to the manifest, and what open compares the
+    /// opened table with.
+    pub fn describing(level: u32, meta: &TableMeta) -> TableRecord {
+        TableRecord {
+            level,
+            file_number: meta.file_number,
+            file_size: meta.file_size,
+            smallest: meta.smallest.clone(),
+            largest: meta.largest.clone(),
+            smallest_seq: meta.smallest_seq,
+            largest_seq: meta.largest_seq,
+        }
+    }
 }
 
 /// One change to the set of live tables and the engine's counters.

@@ -189,15 +189,7 @@ fn build_table_with(
 }
 
 fn record(level: u32, meta: &sievedb::sstable::TableMeta) -> TableRecord {
-    TableRecord {
-        level,
-        file_number: meta.file_number,
-        file_size: meta.file_size,
-        smallest: meta.smallest.clone(),
-        largest: meta.largest.clone(),
-        smallest_seq: meta.smallest_seq,
-        largest_seq: meta.largest_seq,
-    }
+    TableRecord::describing(level, meta)
 }
 
 /// Writes a manifest (numbered past every table) naming `tables`.
