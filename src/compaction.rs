@@ -289,10 +289,12 @@ impl DbInner {
     }
 
     /// Rewrites every table: each level is merged into the next down to the
-    /// deepest level holding data, whose tables are then rewritten in place.
-    /// Every table afterwards has a filter built by the current policy (or,
-    /// with `Options::last_level_filters` off, none: all are in the deepest
-    /// level).
+    /// bottom ([`compact_all_bottom`](Self::compact_all_bottom): the deepest
+    /// level holding data, or deeper if it could not hold it all), whose
+    /// tables are then rewritten in place. Every table holding a write from
+    /// before the call afterwards has a filter built by the current policy
+    /// (or, with `Options::last_level_filters` off, none: all are in the
+    /// deepest level).
     pub(crate) fn compact_all(&self) -> Result<()> {
         // Everything written before the call goes into tables first, so
         // that the level-0 tables present after this are the whole of it.
@@ -300,70 +302,111 @@ impl DbInner {
         // them holds data this call must move down.
         let before = self.visible_seq.load(Ordering::Acquire);
         self.flush()?;
-        let bottom = {
-            let v = self.current();
-            v.version
-                .levels
-                .iter()
-                .rposition(|l| !l.is_empty())
-                .unwrap_or(0)
-                .max(1)
-        };
-        for level in 0..=bottom {
-            // The tables present now are the ones to rewrite; outputs of this
-            // pass get new file numbers and are not rewritten again.
-            let targets: std::collections::HashSet<u64> = self.current().version.levels[level]
-                .iter()
-                .map(|t| t.record.file_number)
-                .collect();
-            loop {
-                let pick = |db: &Self, _: &[Vec<u8>]| -> Option<CompactionJob> {
-                    let version = Arc::clone(&db.current().version);
-                    let tables = version.levels.get(level)?;
-                    if level == 0 {
-                        // Only the tables present at the call: flushes of
-                        // concurrent writes keep refilling level 0, and
-                        // waiting for it to empty may never end. The others
-                        // are newer than every target, so merging the
-                        // targets below them keeps the lookup order.
-                        let present: Vec<_> = tables
-                            .iter()
-                            .filter(|t| targets.contains(&t.record.file_number))
-                            .cloned()
-                            .collect();
-                        if present.is_empty() {
-                            return None;
-                        }
-                        return Some(db.job_for(&version, 0, 1, present));
+        let mut bottom = self.compact_all_bottom();
+        let mut level = 0;
+        loop {
+            while level <= bottom {
+                self.compact_all_pass(level, bottom, before)?;
+                level += 1;
+            }
+            // Background compactions (running for concurrent writers) may
+            // have moved part of the old data below `bottom` meanwhile: the
+            // old bottom is then a middle level, and its data moves on too.
+            let deepest = self.deepest_level_with_data();
+            if deepest <= bottom {
+                return Ok(());
+            }
+            level = bottom;
+            bottom = deepest;
+        }
+    }
+
+    /// The deepest level holding a table (at least 1).
+    fn deepest_level_with_data(&self) -> usize {
+        self.current()
+            .version
+            .levels
+            .iter()
+            .rposition(|l| !l.is_empty())
+            .unwrap_or(0)
+            .max(1)
+    }
+
+    /// Where `compact_all` puts everything: the deepest level holding data,
+    /// or the first level below it whose target holds all of it (the last
+    /// level has none). A level over its target would have a background
+    /// compaction move part of the data on at once, leaving it in two
+    /// levels.
+    fn compact_all_bottom(&self) -> usize {
+        let version = Arc::clone(&self.current().version);
+        let total: u64 = (0..version.levels.len())
+            .map(|l| version.level_bytes(l))
+            .sum();
+        let last = version.levels.len() - 1;
+        let deepest = self.deepest_level_with_data().min(last);
+        (deepest..=last)
+            .find(|&l| l == last || total <= self.opts.level_target_bytes(l))
+            .unwrap_or(last)
+    }
+
+    /// One level of `compact_all`: moves the level's tables holding data
+    /// from before the call (sequence numbers up to `before`) one level
+    /// down, or, at `bottom`, rewrites the tables present in place.
+    fn compact_all_pass(&self, level: usize, bottom: usize, before: u64) -> Result<()> {
+        // The tables present now; outputs of this pass get new file numbers
+        // and are not rewritten again.
+        let targets: std::collections::HashSet<u64> = self
+            .current()
+            .version
+            .levels
+            .get(level)
+            .map(|tables| tables.iter().map(|t| t.record.file_number).collect())
+            .unwrap_or_default();
+        loop {
+            let pick = |db: &Self, _: &[Vec<u8>]| -> Option<CompactionJob> {
+                let version = Arc::clone(&db.current().version);
+                let tables = version.levels.get(level)?;
+                if level == 0 {
+                    // Only the tables present at the call: flushes of
+                    // concurrent writes keep refilling level 0, and
+                    // waiting for it to empty may never end. The others
+                    // are newer than every target, so merging the
+                    // targets below them keeps the lookup order.
+                    let present: Vec<_> = tables
+                        .iter()
+                        .filter(|t| targets.contains(&t.record.file_number))
+                        .cloned()
+                        .collect();
+                    if present.is_empty() {
+                        return None;
                     }
-                    // Above the bottom: every table holding data from
-                    // before the call, not only the ones present when the
-                    // pass began. A background compaction may meanwhile
-                    // have merged a target into new tables (concurrent
-                    // level-0 compactions take level-1 tables along); the
-                    // old data is in those now. Each job moves such data
-                    // down and nothing brings it back up, so this ends.
-                    // At the bottom tables are rewritten in place, so there
-                    // the targets are the tables present (each rewritten
-                    // once; a background compaction's outputs have filters
-                    // of the current policy already).
-                    let output = if level == bottom { level } else { level + 1 };
-                    let first = tables.iter().find(|t| {
-                        if level == bottom {
-                            targets.contains(&t.record.file_number)
-                        } else {
-                            t.record.smallest_seq <= before
-                        }
-                    })?;
-                    Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
-                };
-                match self.claim(pick)? {
-                    Some(job) => self.run_claimed(&job)?,
-                    None => break,
+                    return Some(db.job_for(&version, 0, 1, present));
                 }
+                // Above the bottom: every table holding data from before
+                // the call, not only the ones present when the pass began.
+                // A background compaction may meanwhile have merged a
+                // target into new tables (concurrent level-0 compactions
+                // take level-1 tables along); the old data is in those now.
+                // Each job moves such data down and nothing brings it back
+                // up, so this ends. At the bottom tables are rewritten in
+                // place, so there the targets are the tables present (each
+                // rewritten once; a background compaction's outputs have
+                // filters of the current policy already).
+                let output = if level == bottom { level } else { level + 1 };
+                let first = tables.iter().find(|t| {
+                    if level == bottom {
+                        targets.contains(&t.record.file_number)
+                    } else {
+                        t.record.smallest_seq <= before
+                    }
+                })?;
+                Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
+            };
+            match self.claim(pick)? {
+                Some(job) => self.run_claimed(&job)?,
+                None => return Ok(()),
             }
         }
-        Ok(())
     }
 
     /// Merges a job's inputs into new tables and installs them.

@@ -727,9 +727,11 @@ impl Db {
     /// moves down every table holding a write acknowledged before the call
     /// (also when a background compaction has merged it into new tables
     /// meanwhile) and rewrites the tables of the deepest level in place:
-    /// every such write ends in the level that was the deepest when the
-    /// call began (deeper only if background compactions, running for
-    /// concurrent writers, extend the tree meanwhile). Tables that
+    /// every such write ends in one level, the deepest that held data when
+    /// the call began, or the first level below it whose target size holds
+    /// all the data (a level over its target would have a background
+    /// compaction move part of it on), or deeper if background compactions
+    /// running for concurrent writers extend the tree meanwhile. Tables that
     /// concurrent writes flush meanwhile hold only newer writes and are left
     /// to the background compactions, so with writers running it returns
     /// rather than chasing them.

@@ -458,3 +458,67 @@ fn compact_all_moves_down_all_data_written_before_it_while_writers_write() {
         "writes made before compact_all outside the deepest level {deepest}: {found:?}"
     );
 }
+
+/// Options for the two tests below: a tree whose deepest level with data
+/// cannot hold everything `compact_all` moves into it.
+fn small_tree(background_compaction: bool, last_level_filters: bool) -> Options {
+    Options {
+        memtable_bytes: 16 << 10,
+        table_bytes: 8 << 10,
+        level1_bytes: 16 << 10,
+        level_size_multiplier: 10,
+        level0_compaction_trigger: 1000,
+        level0_stop_writes: 2000,
+        num_levels: 4,
+        background_compaction,
+        last_level_filters,
+        ..Options::default()
+    }
+}
+
+/// Level 2 holds data, level 0 more, and level 2's target cannot hold the
+/// two; reopened with background compaction on.
+fn tree_over_its_deepest_level(dir: &std::path::Path, last_level_filters: bool) -> Db {
+    let db = Db::open(dir, small_tree(false, last_level_filters)).unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("a{i:06}"), [1u8; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact().unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("b{i:06}"), [2u8; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    db.close().unwrap();
+    Db::open(dir, small_tree(true, last_level_filters)).unwrap()
+}
+
+/// Regression (found by review, sixteenth session): `compact_all` took the
+/// deepest level holding data as its bottom once; moving everything there
+/// put that level over its target, a background compaction moved part of
+/// it one level down, and the data ended in two levels (with
+/// `last_level_filters` off, the upper one kept its filters). The bottom is
+/// now a level that holds all the data, and a bottom that moved is
+/// followed.
+#[test]
+fn compact_all_ends_in_one_level_when_the_deepest_cannot_hold_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = tree_over_its_deepest_level(dir.path(), true);
+    db.compact_all().unwrap();
+    let levels: std::collections::BTreeSet<usize> = db.tables().iter().map(|t| t.level).collect();
+    assert_eq!(levels.len(), 1, "data in levels {levels:?}");
+    for i in (0..1000u32).step_by(37) {
+        assert!(db.get(format!("a{i:06}")).unwrap().is_some());
+        assert!(db.get(format!("b{i:06}")).unwrap().is_some());
+    }
+    drop(db);
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = tree_over_its_deepest_level(dir.path(), false);
+    db.compact_all().unwrap();
+    let filter_bytes: Vec<u64> = db.stats().levels.iter().map(|l| l.filter_bytes).collect();
+    assert!(
+        filter_bytes.iter().all(|&b| b == 0),
+        "filters left with last_level_filters off: {filter_bytes:?}"
+    );
+}
