@@ -51,6 +51,16 @@ fn is_corruption<T>(r: &sievedb::Result<T>) -> bool {
     matches!(r, Err(Error::Corruption { .. }))
 }
 
+/// Opens `dir` and reads `key`: the open (or read) must report
+/// `Corruption`, or the key must read as `want`. `what` names the case.
+fn assert_corruption_or_reads(dir: &Path, key: &[u8], want: &[u8], what: &str) {
+    let r = Db::open(dir, opts()).and_then(|db| db.get(key));
+    assert!(
+        is_corruption(&r) || matches!(&r, Ok(Some(v)) if v == want),
+        "{what}: get({key:?}) = {r:?}"
+    );
+}
+
 /// The manifest says sequences 1..=2 are used (k=old@1 flushed, then
 /// k=new@2 flushed). A log at or above the manifest's log number holding a
 /// record that starts at sequence 1 again is inconsistent with it (a legit
@@ -74,10 +84,11 @@ fn a_log_reusing_sequences_the_manifest_recorded_does_not_resurrect_old_values()
     assert!(n >= state.log_number);
     write_log(&log_path(dir.path(), n), &[batch(1, &[(b"k", b"old")])]);
 
-    let r = Db::open(dir.path(), opts()).and_then(|db| db.get(b"k"));
-    assert!(
-        is_corruption(&r) || matches!(&r, Ok(Some(v)) if v == b"new"),
-        "a log record at sequence 1 (manifest last_sequence 2) gave {r:?}"
+    assert_corruption_or_reads(
+        dir.path(),
+        b"k",
+        b"new",
+        "a log record at sequence 1 (manifest last_sequence 2)",
     );
 }
 
@@ -125,12 +136,14 @@ fn a_log_number_in_the_future_does_not_silently_drop_the_logs() {
     state.log_number = number + 1000;
     Manifest::create(&RealFs, dir.path(), number, &state).unwrap();
 
-    let r = Db::open(dir.path(), opts()).and_then(|db| db.get(b"a"));
-    assert!(
-        is_corruption(&r) || matches!(&r, Ok(Some(v)) if v == b"1"),
-        "log_number {} > next_file_number {}: get(a) = {r:?}",
-        state.log_number,
-        state.next_file_number
+    assert_corruption_or_reads(
+        dir.path(),
+        b"a",
+        b"1",
+        &format!(
+            "log_number {} > next_file_number {}",
+            state.log_number, state.next_file_number
+        ),
     );
 }
 
@@ -215,10 +228,11 @@ fn level0_tables_whose_numbers_contradict_their_sequences_are_reported() {
     state.next_file_number = number + 1;
     Manifest::create(&RealFs, dir.path(), number, &state).unwrap();
 
-    let r = Db::open(dir.path(), opts()).and_then(|db| db.get(b"k"));
-    assert!(
-        is_corruption(&r) || matches!(&r, Ok(Some(v)) if v == b"new"),
-        "level-0 order contradicting sequences: get(k) = {r:?}"
+    assert_corruption_or_reads(
+        dir.path(),
+        b"k",
+        b"new",
+        "level-0 order contradicting sequences",
     );
 }
 

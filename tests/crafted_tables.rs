@@ -210,6 +210,21 @@ fn write_manifest(dir: &Path, tables: Vec<TableRecord>, last_sequence: u64) {
     Manifest::create(opts.fs.as_ref(), dir, next, &state).unwrap();
 }
 
+/// Writes the patched table `parts` to `path` and a manifest recording it
+/// in level 0 as `meta` describes it, at its new size.
+fn install_patched(
+    dir: &Path,
+    path: &Path,
+    parts: &Parts,
+    meta: &sievedb::sstable::TableMeta,
+    last_sequence: u64,
+) {
+    std::fs::write(path, assemble(parts)).unwrap();
+    let mut rec = record(0, meta);
+    rec.file_size = std::fs::metadata(path).unwrap().len();
+    write_manifest(dir, vec![rec], last_sequence);
+}
+
 fn scan_all(db: &Db) -> sievedb::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     db.scan::<&[u8], _>(..)?.collect()
 }
@@ -254,10 +269,7 @@ fn data_block_beyond_its_index_key_is_not_silently_misread() {
     parts
         .props
         .insert("sievedb.table.data_blocks".into(), encode_u64_property(2));
-    std::fs::write(&path, assemble(&parts)).unwrap();
-    let mut rec = record(0, &meta);
-    rec.file_size = std::fs::metadata(&path).unwrap().len();
-    write_manifest(&dir, vec![rec], 5);
+    install_patched(&dir, &path, &parts, &meta, 5);
 
     let db = Db::open(&dir, Options::default()).unwrap();
     let scanned = scan_all(&db);
@@ -429,11 +441,8 @@ fn filter_that_misses_the_tables_keys_is_reported() {
     let donor = take_apart(&std::fs::read(dir.join("other.sst")).unwrap());
     assert_eq!(parts.filter.len(), donor.filter.len());
     parts.filter = donor.filter;
-    std::fs::write(table_name(&dir, 1), assemble(&parts)).unwrap();
     std::fs::remove_file(dir.join("other.sst")).unwrap();
-    let mut rec = record(0, &meta);
-    rec.file_size = std::fs::metadata(table_name(&dir, 1)).unwrap().len();
-    write_manifest(&dir, vec![rec], 200);
+    install_patched(&dir, &table_name(&dir, 1), &parts, &meta, 200);
 
     let db = Db::open(&dir, Options::default()).unwrap();
     let scanned = scan_all(&db).unwrap();
@@ -473,10 +482,7 @@ fn smallest_key_property_above_the_first_key_is_reported() {
     parts
         .props
         .insert("sievedb.table.smallest_key".into(), b"b".to_vec());
-    std::fs::write(&path, assemble(&parts)).unwrap();
-    let mut rec = record(0, &meta);
-    rec.file_size = std::fs::metadata(&path).unwrap().len();
-    write_manifest(&dir, vec![rec], 3);
+    install_patched(&dir, &path, &parts, &meta, 3);
     // The table alone (no manifest record to compare with): verify
     // compares its entries with its own properties.
     let policy: Arc<dyn FilterPolicy> = Arc::new(BloomPolicy::new(10.0));
@@ -545,10 +551,7 @@ fn restart_offset_into_a_value_is_reported() {
     block.truncate(n - 4);
     block.extend_from_slice(&(value_at as u32).to_le_bytes());
     block.extend_from_slice(&2u32.to_le_bytes());
-    std::fs::write(&path, assemble(&parts)).unwrap();
-    let mut rec = record(0, &meta);
-    rec.file_size = std::fs::metadata(&path).unwrap().len();
-    write_manifest(&dir, vec![rec], 3);
+    install_patched(&dir, &path, &parts, &meta, 3);
 
     let mut opts = Options::default();
     opts.filter_policy = Arc::new(sievedb::filter::NoFilter);
