@@ -141,6 +141,10 @@ impl BlockCache {
         // (one shard below that).
         let mib = (capacity >> 20).clamp(1, 16);
         let shards = 1usize << (63 - mib.leading_zeros());
+        // The cache crate rounds each shard's share up: a multiple of the
+        // shard count keeps the total at most `capacity` (at most 15 bytes
+        // below it).
+        let capacity = capacity - capacity % shards as u64;
         let options = OptionsBuilder::new()
             .shards(shards)
             .estimated_items_capacity(((capacity / 4096) as usize).max(16))

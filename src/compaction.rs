@@ -101,7 +101,10 @@ fn most_dropped(version: &Version, level: usize) -> Option<Arc<TableHandle>> {
         if inputs.iter().any(|i| i.key_sketch.is_none()) {
             continue;
         }
-        let entries: u64 = inputs.iter().map(|i| i.table.meta().entries).sum();
+        let entries = inputs
+            .iter()
+            .map(|i| i.table.meta().entries)
+            .fold(0u64, u64::saturating_add);
         let bytes: u64 = inputs.iter().map(|i| i.record.file_size).sum();
         let distinct = Version::union_sketch(inputs.iter().copied()).estimate();
         let dropped = entries.saturating_sub(distinct);
@@ -288,6 +291,17 @@ impl DbInner {
         Ok(())
     }
 
+    /// See [`Db::wait_for_compactions`](crate::Db::wait_for_compactions):
+    /// the frozen memtables' flushes, then the compactions the background
+    /// thread would run, taken by whichever thread is free first.
+    pub(crate) fn wait_for_compactions(&self) -> Result<()> {
+        self.wait_for_frozen_flushes()?;
+        while let Some(job) = self.claim(|db, pointer| db.pick_compaction(pointer))? {
+            self.run_claimed(&job)?;
+        }
+        Ok(())
+    }
+
     /// Rewrites every table: each level is merged into the next down to the
     /// bottom ([`compact_all_bottom`](Self::compact_all_bottom): the deepest
     /// level holding data, or deeper if it could not hold it all), whose
@@ -428,7 +442,10 @@ impl DbInner {
         let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
         // An upper bound: keys (and prefixes) in several inputs count once
         // per input.
-        let written = all_inputs.iter().map(|t| t.table.filter_entries()).sum();
+        let written = all_inputs
+            .iter()
+            .map(|t| t.table.filter_entries())
+            .fold(0u64, u64::saturating_add);
         let filter_policy =
             filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();
@@ -444,9 +461,26 @@ impl DbInner {
                         "malformed internal key in compaction input",
                     )
                 })?;
-                if last_user.as_deref() == Some(user) {
-                    merged.next()?; // an older, shadowed version
-                    continue;
+                match last_user.as_deref().map(|last| user.cmp(last)) {
+                    Some(std::cmp::Ordering::Equal) => {
+                        merged.next()?; // an older, shadowed version
+                        continue;
+                    }
+                    // The merge of sorted inputs never goes back: an input
+                    // table is damaged (its checksums held). Reported as
+                    // that, not as the builder's refusal of the caller's
+                    // order.
+                    Some(std::cmp::Ordering::Less) => {
+                        return Err(Error::corruption(
+                            self.dir.clone(),
+                            None,
+                            format!(
+                                "compaction input tables {consumed:?} hold keys out of order \
+                                 (`verify` names the table)"
+                            ),
+                        ));
+                    }
+                    _ => {}
                 }
                 last_user = Some(user.to_vec());
                 if kind == ValueKind::Delete

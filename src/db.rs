@@ -716,6 +716,25 @@ impl Db {
         self.inner.compact_until_balanced()
     }
 
+    /// Waits until the background work a reader could see has settled:
+    /// the memtables already frozen are flushed, and compactions run (in
+    /// the background, or in the caller's thread when none is free or
+    /// [`Options::background_compaction`] is off) until no level is over
+    /// its target. The tree is then the one the background compactions
+    /// would leave, and stays so until the next write; benchmarks call it
+    /// so that a read phase sees one tree throughout.
+    ///
+    /// Unlike [`compact`](Self::compact) it neither flushes the active
+    /// memtable nor merges a level 0 below its trigger. Writers running
+    /// meanwhile may delay it, as they may [`compact`](Self::compact).
+    ///
+    /// Errors: [`Error::Poisoned`] if a flush or compaction failed (now or
+    /// before), [`Error::Closed`] after [`close`](Self::close).
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        self.check_open()?;
+        self.inner.wait_for_compactions()
+    }
+
     /// Rewrites every table (a full compaction): all data moves to the
     /// deepest level that holds data, and every table's filter is rebuilt by
     /// the current filter policy (none at all when
@@ -773,8 +792,14 @@ impl Db {
     ///
     /// Each read is sampled with probability 1/8 (a per-thread random
     /// draw, so periodic read patterns are seen fairly), and a count is the
-    /// sampled count times 8: an estimate within a few percent for a key read thousands of
-    /// times, not a bound (keys read only a handful of times are noise).
+    /// sketch's count of the sampled reads times 8. It carries two errors:
+    /// the sampling's binomial noise (about `1/sqrt(reads/8)` relative),
+    /// and the count-min overcount, never negative and, with probability
+    /// 98%, at most 0.001 of all reads since the counts last halved (up to
+    /// about 16,800 reads). Keys of skewed traffic stand far above that;
+    /// on flat traffic it dominates: among 8,000 keys read about 1,000
+    /// times each (8,000,000 reads), keys were reported at 1,460 to 2,024
+    /// (found by review). Keys read only a handful of times are noise.
     pub fn hot_keys(&self, k: usize) -> Vec<(Vec<u8>, u64)> {
         match &self.inner.hot_keys {
             Some(hot) => {
@@ -1675,6 +1700,23 @@ impl DbInner {
             self.make_room(&mut w, true)?;
             w.mem.wal_number()
         };
+        self.wait_for_flushes_below(active)
+    }
+
+    /// Waits for the flushes of the memtables frozen by now (the active one
+    /// is not frozen).
+    pub(crate) fn wait_for_frozen_flushes(&self) -> Result<()> {
+        let active = {
+            let w = self.writer.lock();
+            self.check_writable()?;
+            w.mem.wal_number()
+        };
+        self.wait_for_flushes_below(active)
+    }
+
+    /// Waits for the flushes of the memtables frozen before the one with
+    /// log number `active`.
+    fn wait_for_flushes_below(&self, active: u64) -> Result<()> {
         let mut bg = self.bg.lock();
         loop {
             self.check_writable()?;
@@ -1832,10 +1874,11 @@ impl DbInner {
             ReadCounters::add_level_into(&level, &mut stats);
             for t in tables {
                 let meta = t.table.meta();
+                // Saturating: the counts come from the tables' properties.
                 level.tables += 1;
-                level.bytes += t.record.file_size;
-                level.filter_bytes += meta.filter_bytes;
-                level.entries += meta.entries;
+                level.bytes = level.bytes.saturating_add(t.record.file_size);
+                level.filter_bytes = level.filter_bytes.saturating_add(meta.filter_bytes);
+                level.entries = level.entries.saturating_add(meta.entries);
             }
             stats.levels.push(level);
         }

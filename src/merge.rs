@@ -431,7 +431,13 @@ impl DbIterator {
             {
                 return Ok(None);
             }
-            let mut newest: Option<Option<Vec<u8>>> = None;
+            // Stepping back meets the key's versions oldest first, so the
+            // newest visible one is the last seen at or below the snapshot:
+            // each visible put's value is copied into one buffer, which
+            // grows to the largest and is not allocated again (as LevelDB's
+            // backward step does; the cursor cannot come back to it).
+            let mut newest: Option<ValueKind> = None;
+            let mut value = Vec::new();
             while cursor.valid() {
                 let (u, seq, kind) =
                     decode_internal_key(cursor.key()).ok_or_else(scan_corruption)?;
@@ -439,14 +445,15 @@ impl DbIterator {
                     break;
                 }
                 if seq <= snapshot {
-                    newest = Some(match kind {
-                        ValueKind::Put => Some(cursor.value().to_vec()),
-                        ValueKind::Delete => None,
-                    });
+                    if kind == ValueKind::Put {
+                        value.clear();
+                        value.extend_from_slice(cursor.value());
+                    }
+                    newest = Some(kind);
                 }
                 cursor.prev()?;
             }
-            if let Some(Some(value)) = newest {
+            if newest == Some(ValueKind::Put) {
                 self.upper = Bound::Excluded(user.clone());
                 return Ok(Some((user, value)));
             }

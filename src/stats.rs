@@ -202,8 +202,10 @@ pub struct Stats {
     /// Bytes the block cache holds now (block contents plus a fixed
     /// per-block overhead); 0 without a cache.
     pub block_cache_bytes: u64,
-    /// The block cache's capacity in bytes
-    /// ([`Options::block_cache_bytes`](crate::Options::block_cache_bytes)).
+    /// The block cache's capacity in bytes:
+    /// [`Options::block_cache_bytes`](crate::Options::block_cache_bytes)
+    /// rounded down to a multiple of the cache's shard count (1 below 2
+    /// MiB, at most 16), so at most 15 bytes less.
     pub block_cache_capacity: u64,
     /// Data blocks the block cache holds now.
     pub block_cache_blocks: u64,

@@ -337,6 +337,29 @@ fn compaction_and_scans_do_not_fill_cache() {
 }
 
 /// The cache never holds more than its capacity plus one block.
+/// The cache's shards each took their share rounded up, so a capacity
+/// that was not a multiple of the shard count came out (and was held) a few
+/// bytes above the option (found by review).
+#[test]
+fn capacity_is_never_above_the_option() {
+    for bytes in [
+        1usize,
+        4095,
+        (2 << 20) + 1,
+        (3 << 20) + 5,
+        (16 << 20) + 15,
+        100 << 20,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), options(bytes)).unwrap();
+        let capacity = db.stats().block_cache_capacity;
+        assert!(
+            capacity <= bytes as u64 && capacity + 15 >= bytes as u64,
+            "block_cache_bytes {bytes}: capacity {capacity}"
+        );
+    }
+}
+
 #[test]
 fn capacity_respected() {
     for capacity in [8usize << 10, 64 << 10, 3 << 20] {

@@ -522,3 +522,54 @@ fn compact_all_ends_in_one_level_when_the_deepest_cannot_hold_everything() {
         "filters left with last_level_filters off: {filter_bytes:?}"
     );
 }
+
+/// `wait_for_compactions` leaves the tree the background compactions
+/// would: with them off it runs them itself, until level 0 is below its
+/// trigger and no deeper level is over its target; it neither flushes the
+/// active memtable nor merges a level 0 below its trigger.
+#[test]
+fn wait_for_compactions_leaves_no_level_over_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        background_compaction: false,
+        level0_stop_writes: 1000,
+        ..small_options()
+    };
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    let mut rng = Rng(7);
+    for i in 0..30_000 {
+        db.put(key(rng.below(20_000)), rng.bytes(40 + (i % 60) as usize))
+            .unwrap();
+    }
+    db.flush().unwrap();
+    let before = db.stats();
+    assert!(
+        before.levels[0].tables >= opts.level0_compaction_trigger as u64,
+        "the load left level 0 below its trigger: {:?}",
+        before.levels
+    );
+
+    db.wait_for_compactions().unwrap();
+    let after = db.stats();
+    assert!(
+        after.levels[0].tables < opts.level0_compaction_trigger as u64,
+        "{:?}",
+        after.levels
+    );
+    for level in 1..opts.num_levels - 1 {
+        assert!(
+            after.levels[level].bytes <= opts.level_target_bytes(level),
+            "level {level}: {:?}",
+            after.levels
+        );
+    }
+
+    // Settled: a put stays in the memtable, and nothing changes.
+    let tables = |db: &Db| -> Vec<u64> { db.tables().iter().map(|t| t.file_number).collect() };
+    let settled = tables(&db);
+    db.put(b"late", b"1").unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!(tables(&db), settled);
+    assert_eq!(db.get(b"late").unwrap(), Some(b"1".to_vec()));
+    db.close().unwrap();
+}

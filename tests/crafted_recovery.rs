@@ -236,6 +236,25 @@ fn level0_tables_whose_numbers_contradict_their_sequences_are_reported() {
     );
 }
 
+/// A log record holding an empty key (no call can write one): replay put
+/// it in the tables, where scans returned a key that `get` and `delete`
+/// refuse, and `check_log_bytes` passed it.
+#[test]
+fn a_logged_empty_key_is_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let payload = batch(1, &[(b"", b"ghost"), (b"a", b"1")]);
+    let bytes = write_log(&log_path(dir.path(), 1), &[payload]);
+    assert!(
+        !check_log_bytes(&bytes, Path::new("x.log")).is_ok(),
+        "check_log_bytes passed a logged empty key"
+    );
+    let r = Db::open(dir.path(), opts()).and_then(|db| {
+        db.scan::<&[u8], _>(..)?
+            .collect::<sievedb::Result<Vec<(Vec<u8>, Vec<u8>)>>>()
+    });
+    assert!(is_corruption(&r), "open and scan gave {r:?}");
+}
+
 /// Sanity (expected to pass): hostile batch headers and CURRENT contents.
 #[test]
 fn sanity_hostile_batches_and_current() {

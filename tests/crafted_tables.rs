@@ -565,6 +565,134 @@ fn restart_offset_into_a_value_is_reported() {
     );
 }
 
+/// A data block whose entries are out of order (a, c, b) with valid
+/// checksums: compaction merged it, the table builder refused the order,
+/// and the database was poisoned with "invalid argument", the error for a
+/// caller's bad input, instead of reporting the damaged table.
+#[test]
+fn keys_out_of_order_in_a_compaction_input_are_corruption() {
+    let tmp = fresh_dir("order");
+    let dir = tmp.path().to_path_buf();
+    let path = table_name(&dir, 1);
+    let meta = build_table(
+        &path,
+        1,
+        &[(b"a", 1, b"va"), (b"b", 2, b"vb"), (b"c", 3, b"vc")],
+        16,
+        4096,
+    );
+    let mut parts = take_apart(&std::fs::read(&path).unwrap());
+    assert_eq!(parts.data.len(), 1);
+    let mut entries = decode_block(&parts.data[0]);
+    entries.swap(1, 2);
+    parts.data[0] = encode_block(&entries, 16);
+    install_patched(&dir, &path, &parts, &meta, 3);
+
+    let mut opts = Options::default();
+    opts.background_compaction = false;
+    let db = Db::open(&dir, opts).unwrap();
+    // A failed compaction poisons the database and names the failure.
+    let compacted = db.compact_all();
+    assert!(
+        is_corruption(&compacted)
+            || matches!(&compacted, Err(Error::Poisoned(why)) if why.starts_with("corruption")),
+        "compacting a table holding a, c, b gave {compacted:?}"
+    );
+    let report = db.verify().unwrap();
+    assert!(!report.is_ok(), "verify passed the table");
+}
+
+/// A dense precision-14 key sketch (format 1) whose every register holds
+/// `rank`, with a valid checksum.
+fn dense_hll_bytes(rank: u8) -> Vec<u8> {
+    let p = 14u8;
+    let mut out = b"HL".to_vec();
+    out.extend_from_slice(&[1, p, 1]); // version, precision, dense
+    out.extend_from_slice(&(1u32 << p).to_le_bytes());
+    let r = rank as u32;
+    let word = r | r << 6 | r << 12 | r << 18;
+    for _ in 0..(1usize << p) / 4 {
+        out.extend_from_slice(&word.to_le_bytes()[..3]);
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A table of three keys whose key sketch says otherwise (found by
+/// review): every register full made `Stats::distinct_keys` 2^64 - 1, and
+/// a valid sketch of the right keys at precision 4 dragged every union
+/// down to that precision. Open must report it.
+#[test]
+fn a_key_sketch_that_contradicts_its_table_is_not_believed() {
+    let mut coarse = sievedb::sketch::HyperLogLog::new(4);
+    for k in [b"a", b"b", b"c"] {
+        coarse.insert(k);
+    }
+    for (what, sketch) in [
+        ("full registers", dense_hll_bytes(51)),
+        ("precision 4", coarse.to_bytes()),
+    ] {
+        let tmp = fresh_dir("sketch");
+        let dir = tmp.path().to_path_buf();
+        let path = table_name(&dir, 1);
+        let rows: Vec<(&[u8], u64, &[u8])> =
+            vec![(b"a", 1, b"v"), (b"b", 2, b"v"), (b"c", 3, b"v")];
+        let meta = build_table(&path, 1, &rows, 16, 4096);
+        let mut parts = take_apart(&std::fs::read(&path).unwrap());
+        parts.props.insert("sievedb.hll".into(), sketch);
+        install_patched(&dir, &path, &parts, &meta, 3);
+        let opened = Db::open(&dir, Options::default()).map(|db| db.stats());
+        assert!(
+            is_corruption(&opened),
+            "{what}: open of 3 keys gave {:?}",
+            opened.map(|s| (s.distinct_keys, s.levels[0].distinct_keys))
+        );
+    }
+}
+
+/// Two tables whose properties each claim 2^63 entries (found by review):
+/// `Db::stats` panicked on the overflow in debug builds and reported 0
+/// entries in release.
+#[test]
+fn huge_entry_counts_are_reported_not_summed_with_overflow() {
+    let tmp = fresh_dir("huge-entries");
+    let dir = tmp.path().to_path_buf();
+    let mut records = Vec::new();
+    for (n, keys) in [(1u64, [b"a", b"b", b"c"]), (2, [b"d", b"e", b"f"])] {
+        let path = table_name(&dir, n);
+        let entries: Vec<(&[u8], u64, &[u8])> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (&k[..], n * 10 + i as u64, &b"v"[..]))
+            .collect();
+        let meta = build_table(&path, n, &entries, 16, 4096);
+        let mut parts = take_apart(&std::fs::read(&path).unwrap());
+        parts
+            .props
+            .insert("sievedb.table.entries".into(), encode_u64_property(1 << 63));
+        std::fs::write(&path, assemble(&parts)).unwrap();
+        let mut rec = record(0, &meta);
+        rec.file_size = std::fs::metadata(&path).unwrap().len();
+        records.push(rec);
+    }
+    write_manifest(&dir, records, 30);
+    let db = match Db::open(&dir, Options::default()) {
+        Ok(db) => db,
+        Err(e) => {
+            assert!(matches!(e, Error::Corruption { .. }), "{e:?}");
+            return;
+        }
+    };
+    let stats = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.stats()))
+        .expect("Db::stats panicked");
+    let entries = stats.levels[0].entries;
+    assert!(
+        entries >= 6,
+        "level 0 holds two tables of 3 entries; Stats says {entries} entries"
+    );
+}
+
 /// Sanity check of the helpers: a table taken apart and assembled again
 /// unchanged opens and reads as the original.
 #[test]

@@ -482,3 +482,99 @@ fn reported_figures_describe_what_was_measured() {
     let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
     assert!(svg.contains("n/a"), "no n/a label in the chart");
 }
+/// Found by review: a fill without a `compact` phase leaves background compactions
+/// running into the read phases. The tree shape is taken once, at the first
+/// read phase after the fill, and the missing-key check of a later
+/// `readmissing` is computed against it, though the reads ran against the
+/// tree the compactions left. With no filter every covering table costs
+/// exactly one block and one filter check, so measured must equal expected
+/// and filter checks must equal covering tables, whatever the tree.
+#[test]
+fn the_missing_check_describes_the_tree_the_reads_ran_on_without_a_compact_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_bench(
+        dir.path(),
+        &[
+            "--num",
+            "200000",
+            "--filter",
+            "none",
+            "--benchmarks",
+            "fillrandom,readrandom,readzipf,readmissing",
+        ],
+    );
+    let missing = &run_of(&v, "none")["missing"];
+    let covering = f(missing, &["covering_tables_per_get"]);
+    let checks = f(missing, &["filter_checks_per_get"]);
+    let measured = f(missing, &["measured_blocks_per_get"]);
+    let expected = f(missing, &["expected_blocks_per_get"]);
+    assert!(
+        (checks - covering).abs() < 1e-9,
+        "{checks} filter checks per missing get against {covering} covering tables \
+         (shape {})",
+        run_of(&v, "none")["shape"]
+    );
+    assert!(
+        (measured - expected).abs() < 1e-9,
+        "measured {measured} blocks per missing get, expected {expected}"
+    );
+}
+
+/// Found by review: `--json` and `--chart` naming the same file. Both are "written"
+/// (the program says so and exits 0), but the chart overwrites the JSON
+/// report: the results are lost without an error.
+#[test]
+fn json_and_chart_at_one_path_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let same = dir.path().join("out");
+    let out = Command::new(BIN)
+        .args(["--num", "100", "--filter", "bloom"])
+        .args(["--benchmarks", "fillrandom,readrandom"])
+        .arg("--dir")
+        .arg(dir.path().join("db"))
+        .arg("--json")
+        .arg(&same)
+        .arg("--chart")
+        .arg(&same)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("invalid argument"),
+        "exit {:?}, stderr: {err}, stdout: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Found by review: `--dir` naming the `--json` path. `check_writable` promises
+/// that an output path that is a directory "fails here instead of after
+/// minutes of benchmarking", but the run then creates the directory itself
+/// and only the final write fails, after every phase has run.
+#[test]
+fn a_dir_at_the_json_path_fails_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("results.json");
+    let out = Command::new(BIN)
+        .args(["--num", "20000", "--filter", "bloom"])
+        .args(["--benchmarks", "fillrandom,compact,readrandom"])
+        .arg("--dir")
+        .arg(&json)
+        .arg("--json")
+        .arg(&json)
+        .arg("--chart")
+        .arg(dir.path().join("c.svg"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a directory at the --json path: exit 0"
+    );
+    assert!(err.contains("invalid argument"), "{err}");
+    assert!(
+        stdout.is_empty(),
+        "the benchmark ran to the end before failing: {err}\n{stdout}"
+    );
+}

@@ -207,6 +207,25 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     if args.scan_len == 0 {
         return Err(BenchError::Invalid("--scan-len must be at least 1".into()));
     }
+    if report::same_path(&args.json, &args.chart) {
+        // The chart would overwrite the report.
+        return Err(BenchError::Invalid(format!(
+            "--json and --chart name one file ({})",
+            args.json.display()
+        )));
+    }
+    if let Some(dir) = &args.dir {
+        // The run creates `--dir`: an output there would fail only after
+        // the run (found by review).
+        for (flag, path) in [("--json", &args.json), ("--chart", &args.chart)] {
+            if report::same_path(path, dir) {
+                return Err(BenchError::Invalid(format!(
+                    "{flag} names the --dir directory ({})",
+                    dir.display()
+                )));
+            }
+        }
+    }
     let reads = args.reads.unwrap_or(args.num.min(200_000));
     if reads == 0 {
         return Err(BenchError::Invalid("--reads must be at least 1".into()));
@@ -442,24 +461,27 @@ fn run_one(
     let ks = &plan.ks;
     let threads = args.threads;
     let mut phases = Vec::new();
-    // The tree as the read phases see it: taken at the first read phase
-    // and again at each read phase that follows a fill or compaction.
+    // The tree as the last read phase saw it.
     let mut shape: Option<(ShapeSummary, Vec<TableInfo>)> = None;
-    let mut shape_stale = true;
     let mut missing: Option<MissingCheck> = None;
     for w in &plan.workloads {
         let label = format!("{engine_name}/{}/{w}", policy.name());
         let is_read = is_read_workload(w);
-        if is_read && args.cold {
-            engine.reopen_with(&mut |d| cold::evict_dir(d))?;
-            cold::evict_dir(&dir)?;
-            // A reopen writes what the log held into a level-0 table.
-            shape_stale = true;
-        }
-        if is_read && shape_stale {
+        if is_read {
+            if args.cold {
+                engine.reopen_with(&mut |d| cold::evict_dir(d))?;
+            }
+            // The compactions a fill (or the reopen's flush of the log)
+            // started finish first, untimed: a read phase then runs on one
+            // tree throughout, the one its shape and expected columns
+            // describe. (Taking the shape while they ran described a tree
+            // the reads no longer saw: found by review.)
+            engine.settle()?;
+            if args.cold {
+                cold::evict_dir(&dir)?;
+            }
             shape = Some(shape_summary(engine.as_ref(), ks.num));
         }
-        shape_stale = !is_read;
         let result = match w.as_str() {
             "fillrandom" => {
                 workload::fill(engine.as_ref(), ks, w, &label, threads, &ks.shuffled())?
@@ -651,7 +673,7 @@ fn main() -> std::process::ExitCode {
     for r in &report.runs {
         if let Some(s) = r.shape.as_ref().filter(|_| r.engine == "sievedb") {
             println!(
-                "{} {}: {} bytes of tables under the last read phases",
+                "{} {}: {} bytes of tables under the last read phase",
                 r.engine, r.policy, s.table_bytes
             );
         }

@@ -305,7 +305,7 @@ pub fn probes_for_bits_per_key(bits_per_key: f64) -> u32 {
 ///
 /// Returns 1 for NaN or non-positive `bits_per_key` or zero probes. Probe
 /// counts above 30 (the most a filter can store) are computed as 30. Below
-/// 0.005 bits/key (over 100,000 keys per line) every line is saturated and
+/// 0.00512 bits/key (over 100,000 keys per line) every line is saturated and
 /// the rate is returned as 1.
 pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
     let Some(lambda) = keys_per_line(bits_per_key, probes) else {
@@ -362,7 +362,7 @@ pub fn blocked_bloom_fp_rate(bits_per_key: f64, probes: u32) -> f64 {
 ///
 /// Returns 1 for NaN or non-positive `bits_per_key` or zero probes. Probe
 /// counts above 30 (the most a filter can store) are computed as 30. Below
-/// 0.005 bits/key (over 100,000 keys per line) every line is saturated and
+/// 0.00512 bits/key (over 100,000 keys per line) every line is saturated and
 /// the rate is returned as 1.
 pub fn blocked_bloom_fp_rate_with_replacement(bits_per_key: f64, probes: u32) -> f64 {
     let Some(lambda) = keys_per_line(bits_per_key, probes) else {

@@ -486,7 +486,13 @@ impl Table {
             .map_err(|_| self.corrupt(at, "filter policy name is not UTF-8"))?
             .to_string();
 
+        // An entry takes at least 4 bytes of a data block (three lengths and
+        // one key byte), and a compressed block stands for at most 255 times
+        // its bytes (LZ4's limit): counts beyond 256 per byte of data are
+        // damage, which would overflow the sums of statistics.
+        let max_entries = footer.filter.offset.saturating_mul(256);
         let consistent = data_blocks == self.index.len() as u64
+            && entries <= max_entries
             && filter_bytes == footer.filter.len
             && tombstones <= entries
             && distinct_keys <= entries
@@ -715,7 +721,11 @@ impl Table {
     /// Hashes the table's filter was built from: its distinct keys plus,
     /// with [`prefix_len`](Self::prefix_len), its distinct prefixes.
     pub fn filter_entries(&self) -> u64 {
-        self.meta.distinct_keys + self.distinct_prefixes
+        // Saturating: both come from the properties block, whose counts a
+        // damaged (checksum-valid) table could set near 2^64.
+        self.meta
+            .distinct_keys
+            .saturating_add(self.distinct_prefixes)
     }
 
     /// False only if the table certainly holds no key (or tombstone)

@@ -165,6 +165,16 @@ pub trait Engine: Sync {
         limit: usize,
         visit: &mut dyn FnMut(&[u8]),
     ) -> BenchResult<usize>;
+    /// Waits until the engine's background flushes and compactions have
+    /// settled, so that reads that follow see one tree throughout.
+    /// sievedb: [`Db::wait_for_compactions`]. The peers' adapters keep this
+    /// default, which returns at once (no waiting call is wired up for
+    /// them): their rows have no read counters or expected columns, and
+    /// their shape is the one at the phase's start, while their own
+    /// background work may still run.
+    fn settle(&self) -> BenchResult<()> {
+        Ok(())
+    }
     /// The engine's own read counters, if it keeps comparable ones.
     fn read_io(&self) -> Option<ReadIo>;
     /// Table shape (filter bytes, tables); peers report what they can.
@@ -286,6 +296,10 @@ impl Engine for SieveEngine {
 
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
         Ok(self.db()?.get(key)?)
+    }
+
+    fn settle(&self) -> BenchResult<()> {
+        Ok(self.db()?.wait_for_compactions()?)
     }
 
     fn flush_compact(&self, full: bool) -> BenchResult<()> {

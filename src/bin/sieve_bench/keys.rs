@@ -2,9 +2,11 @@
 //!
 //! Key `j` is `j` in zero-padded decimal, `key_size` bytes wide. The loaded
 //! keys are the even ones (`2i` for `i` in `0..num`); `readmissing` asks for
-//! odd ones (`2i + 1`), which sort between loaded keys, so every missing key
-//! falls inside the key range of the tables around it and only the filters
-//! can rule it out. Values are `value_size` bytes derived from the seed and
+//! odd ones (`2i + 1`), which sort between loaded keys (the last after
+//! them all), so almost every missing key falls inside a table's key range
+//! and only a filter can rule it out; the few past the last key or between
+//! two tables of a level are ruled out by the key ranges (the report's
+//! covering-table count leaves them out). Values are `value_size` bytes derived from the seed and
 //! the key index, so every read can be checked: the first `random_bytes`
 //! pseudo-random, the rest one repeated byte (`--compression-ratio`, as in
 //! LevelDB's db_bench; all random by default).

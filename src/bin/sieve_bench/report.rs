@@ -102,8 +102,8 @@ pub struct Run {
     pub keys: u64,
     /// The phases, in run order.
     pub phases: Vec<PhaseResult>,
-    /// The tree's shape under the last read phases: taken at the first read
-    /// phase after the last fill or compaction.
+    /// The tree's shape under the last read phase: taken at its start, once
+    /// the background work had settled (sievedb; see `Engine::settle`).
     pub shape: Option<ShapeSummary>,
     /// Missing-key check (when `readmissing` ran on sievedb).
     pub missing: Option<MissingCheck>,
@@ -407,6 +407,22 @@ pub fn check_writable(path: &Path) -> BenchResult<()> {
             .open(path)
             .map_err(io_err(path))?;
         std::fs::remove_file(path).map_err(io_err(path))
+    }
+}
+
+/// Whether `a` and `b` name one file: the same absolute path once their
+/// directories (where they exist) are resolved, links included.
+pub fn same_path(a: &Path, b: &Path) -> bool {
+    fn resolved(p: &Path) -> Option<std::path::PathBuf> {
+        let abs = std::path::absolute(p).ok()?;
+        let name = abs.file_name()?.to_owned();
+        let parent = abs.parent()?;
+        let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+        Some(parent.join(name))
+    }
+    match (resolved(a), resolved(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
     }
 }
 
