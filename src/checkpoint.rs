@@ -83,6 +83,22 @@ impl DbInner {
             };
             fs.sync_dir(parent).map_err(|e| Error::io(parent, e))?;
         }
+        // A path through a directory this call created and then `..`
+        // (`x/new/..`) listed as absent above and names an existing
+        // directory, possibly the database's own: list it again now that
+        // it exists. (Found by review: `checkpoint(db/sub/..)` replaced the
+        // live database's CURRENT, and its later writes were lost at the
+        // next open.) The directories created on the way stay, empty.
+        if !fs
+            .list_dir(dest)
+            .map_err(|e| Error::io(dest, e))?
+            .is_empty()
+        {
+            return Err(Error::invalid(format!(
+                "checkpoint directory {} exists and is not empty",
+                dest.display()
+            )));
+        }
 
         // The manifest state and the super version are installed together
         // under the background lock, so this super version holds a handle

@@ -451,6 +451,7 @@ impl DbInner {
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();
         let mut builder: Option<(u64, TableBuilder)> = None;
         let mut last_user: Option<Vec<u8>> = None;
+        let mut last_seq = 0;
         let result = (|| -> Result<()> {
             while merged.valid() {
                 let key = merged.key();
@@ -461,16 +462,21 @@ impl DbInner {
                         "malformed internal key in compaction input",
                     )
                 })?;
-                match last_user.as_deref().map(|last| user.cmp(last)) {
-                    Some(std::cmp::Ordering::Equal) => {
+                // The merge of sorted inputs never goes back, in user key
+                // or, within one key, in sequence (newest first): an input
+                // table is damaged (its checksums held). Reported as that,
+                // not as the builder's refusal of the caller's order, and
+                // not by keeping an older version in place of a newer one
+                // (found by review).
+                let order = last_user.as_deref().map(|last| user.cmp(last));
+                let older = seq < last_seq;
+                last_seq = seq;
+                match order {
+                    Some(std::cmp::Ordering::Equal) if older => {
                         merged.next()?; // an older, shadowed version
                         continue;
                     }
-                    // The merge of sorted inputs never goes back: an input
-                    // table is damaged (its checksums held). Reported as
-                    // that, not as the builder's refusal of the caller's
-                    // order.
-                    Some(std::cmp::Ordering::Less) => {
+                    Some(std::cmp::Ordering::Equal | std::cmp::Ordering::Less) => {
                         return Err(Error::corruption(
                             self.dir.clone(),
                             None,

@@ -729,7 +729,7 @@ impl Db {
     /// meanwhile may delay it, as they may [`compact`](Self::compact).
     ///
     /// Errors: [`Error::Poisoned`] if a flush or compaction failed (now or
-    /// before), [`Error::Closed`] after [`close`](Self::close).
+    /// before); a compaction's own failure comes back as that too.
     pub fn wait_for_compactions(&self) -> Result<()> {
         self.check_open()?;
         self.inner.wait_for_compactions()
@@ -773,8 +773,11 @@ impl Db {
     /// before this returns, so the checkpoint survives a crash.
     ///
     /// Errors: [`Error::InvalidArgument`] if `dest` exists and is not an
-    /// empty directory (nothing is written), [`Error::Io`] naming the file
-    /// that failed (the files made so far are removed, best effort).
+    /// empty directory (nothing is written; a path such as `x/new/..`,
+    /// which names `x` once `new` is created, is refused too, leaving `new`
+    /// behind, empty), [`Error::Io`] naming the file that failed (the files
+    /// made so far are removed, best effort), [`Error::Poisoned`] if the
+    /// database refuses writes (the checkpoint flushes first).
     pub fn checkpoint(&self, dest: impl AsRef<Path>) -> Result<()> {
         self.check_open()?;
         self.inner.checkpoint(dest.as_ref())

@@ -59,7 +59,9 @@ pub struct Options {
     /// When true, every write's log record is fsynced before the write
     /// returns. When false (the default), a write is in the OS page cache
     /// when it returns: it survives a process crash but not a power loss
-    /// until the log is synced (by a later synced write, a flush or close).
+    /// until the log is synced, which happens at the next memtable switch
+    /// (when the memtable fills, or at [`Db::flush`](crate::Db::flush)) and
+    /// at [`Db::close`](crate::Db::close).
     pub sync_writes: bool,
     /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
     /// 1 byte.
@@ -95,8 +97,10 @@ pub struct Options {
     /// Default [`CompactionPick::Rotation`].
     pub compaction_pick: CompactionPick,
     /// Run compactions on a background thread (default true). When false,
-    /// compactions run only when [`Db::compact`](crate::Db::compact) is
-    /// called.
+    /// compactions run only in the thread of a call that asks for them:
+    /// [`Db::compact`](crate::Db::compact),
+    /// [`Db::compact_all`](crate::Db::compact_all) or
+    /// [`Db::wait_for_compactions`](crate::Db::wait_for_compactions).
     pub background_compaction: bool,
     /// Feed point reads to a heavy-hitter sketch so
     /// [`Db::hot_keys`](crate::Db::hot_keys) can report the hottest keys.

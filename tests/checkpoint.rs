@@ -413,3 +413,39 @@ fn a_checkpoint_naming_its_sources_log_still_opens() {
     let db = Db::open(&dest, churn_options()).expect("a checkpoint of the earlier kind opens");
     check(&db, 50, 50).expect("every batch");
 }
+
+/// A destination through a missing directory and `..` (found by review):
+/// it listed as absent, was created, and then named an existing directory.
+/// Into another non-empty directory the checkpoint wrote its files; into
+/// the database's own (`db/sub/..`) it replaced the live `CURRENT`, and the
+/// writes that followed were gone at the next open.
+#[test]
+fn a_destination_through_a_new_directory_and_dotdot_is_checked_once_created() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("db");
+    let db = Db::open(&dir, Options::default()).unwrap();
+    db.put(b"before", b"1").unwrap();
+
+    let other = base.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("precious.txt"), b"mine").unwrap();
+    let into_other = db.checkpoint(other.join("missing").join(".."));
+    assert!(
+        matches!(into_other, Err(Error::InvalidArgument(_))),
+        "{into_other:?}"
+    );
+    assert_eq!(files(&other), ["missing", "precious.txt"]);
+
+    let into_self = db.checkpoint(dir.join("sub").join(".."));
+    assert!(
+        matches!(into_self, Err(Error::InvalidArgument(_))),
+        "{into_self:?}"
+    );
+    for i in 0..300u32 {
+        db.put(format!("k{i:05}"), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    db.close().unwrap();
+    let db = Db::open(&dir, Options::default()).unwrap();
+    assert_eq!(db.iter().unwrap().count(), 301);
+}

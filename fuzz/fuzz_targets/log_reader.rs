@@ -28,10 +28,15 @@ fuzz_target!(|data: &[u8]| {
     // Well-formed batches from the input, framed, then optionally damaged.
     let split = rest.len() * 3 / 4;
     let (body, flips) = rest.split_at(split);
+    // Each batch starts right after the previous one's last sequence.
+    let mut next_seq = 1;
     let payloads: Vec<Vec<u8>> = chunks(body)
         .iter()
-        .enumerate()
-        .map(|(i, c)| encode_batch(i as u64 * 10 + 1, c))
+        .map(|c| {
+            let (payload, count) = encode_batch(next_seq, c);
+            next_seq += count;
+            payload
+        })
         .collect();
     let mut log = frame_records(&payloads);
     if flips.len() < 3 {

@@ -221,15 +221,19 @@ pub fn frame_records(payloads: &[Vec<u8>]) -> Vec<u8> {
 
 /// Encodes a write batch payload the way the log stores one:
 /// `first_seq u64 | count u32 | (kind u8 | key_len u32 | key | [value_len
-/// u32 | value])*`, keys and values taken from chunks of `data`.
-pub fn encode_batch(first_seq: u64, data: &[u8]) -> Vec<u8> {
+/// u32 | value])*`, keys and values taken from chunks of `data` (an empty
+/// key chunk becomes the key `[0]`: no write logs an empty key). Returns the
+/// payload and its number of operations, which the next batch's `first_seq`
+/// must follow (the log's sequence chain).
+pub fn encode_batch(first_seq: u64, data: &[u8]) -> (Vec<u8>, u64) {
     let parts = chunks(data);
     let mut out = Vec::new();
     out.extend_from_slice(&first_seq.to_le_bytes());
     let ops: Vec<_> = parts.chunks(2).collect();
     out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    let count = ops.len() as u64;
     for op in ops {
-        let key = op[0];
+        let key = if op[0].is_empty() { &[0u8][..] } else { op[0] };
         let value = op.get(1).copied();
         out.push(if value.is_some() { 1 } else { 0 });
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -239,7 +243,7 @@ pub fn encode_batch(first_seq: u64, data: &[u8]) -> Vec<u8> {
             out.extend_from_slice(v);
         }
     }
-    out
+    (out, count)
 }
 
 /// Rewrites the checksum of Ribbon filter bytes (format 0x05 or 0x03) over

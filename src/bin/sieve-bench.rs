@@ -215,13 +215,15 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         )));
     }
     if let Some(dir) = &args.dir {
-        // The run creates `--dir`: an output there would fail only after
-        // the run (found by review).
+        // The run creates `--dir` (and the directories above it): an
+        // output at one of them would fail only after the run (found by
+        // review).
         for (flag, path) in [("--json", &args.json), ("--chart", &args.chart)] {
-            if report::same_path(path, dir) {
+            if report::is_within(dir, path) {
                 return Err(BenchError::Invalid(format!(
-                    "{flag} names the --dir directory ({})",
-                    dir.display()
+                    "--dir {} is {flag} {} or lies below it",
+                    dir.display(),
+                    path.display()
                 )));
             }
         }

@@ -413,17 +413,34 @@ pub fn check_writable(path: &Path) -> BenchResult<()> {
 /// Whether `a` and `b` name one file: the same absolute path once their
 /// directories (where they exist) are resolved, links included.
 pub fn same_path(a: &Path, b: &Path) -> bool {
-    fn resolved(p: &Path) -> Option<std::path::PathBuf> {
-        let abs = std::path::absolute(p).ok()?;
-        let name = abs.file_name()?.to_owned();
-        let parent = abs.parent()?;
-        let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
-        Some(parent.join(name))
-    }
     match (resolved(a), resolved(b)) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
     }
+}
+
+/// Whether `inner` is `outer` or lies below it (paths resolved as by
+/// [`same_path`]).
+pub fn is_within(inner: &Path, outer: &Path) -> bool {
+    match (resolved(inner), resolved(outer)) {
+        (Some(x), Some(y)) => x.starts_with(y),
+        _ => inner.starts_with(outer),
+    }
+}
+
+/// `p` made absolute, its nearest existing ancestor resolved (links
+/// included) and the rest appended.
+fn resolved(p: &Path) -> Option<std::path::PathBuf> {
+    let abs = std::path::absolute(p).ok()?;
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    while std::fs::canonicalize(existing).is_err() {
+        rest.push(existing.file_name()?.to_owned());
+        existing = existing.parent()?;
+    }
+    let mut out = std::fs::canonicalize(existing).ok()?;
+    out.extend(rest.iter().rev());
+    Some(out)
 }
 
 /// Writes the report as pretty JSON.
