@@ -565,75 +565,57 @@ fn restart_offset_into_a_value_is_reported() {
     );
 }
 
-/// A data block whose entries are out of order (a, c, b) with valid
-/// checksums: compaction merged it, the table builder refused the order,
-/// and the database was poisoned with "invalid argument", the error for a
-/// caller's bad input, instead of reporting the damaged table.
+/// Entries out of order in a compaction input, checksums valid (found by
+/// review): keys (a, c, b) made the table builder refuse the order, and the
+/// database was poisoned with "invalid argument", the error for a caller's
+/// bad input; versions of one key (a@1 before a@5) made the merge skip the
+/// newer one as shadowed, so compaction succeeded with the old value and
+/// `verify` passed afterwards, the damage gone for good. Both must be
+/// reported as the damaged table they come from.
 #[test]
-fn keys_out_of_order_in_a_compaction_input_are_corruption() {
-    let tmp = fresh_dir("order");
-    let dir = tmp.path().to_path_buf();
-    let path = table_name(&dir, 1);
-    let meta = build_table(
-        &path,
-        1,
-        &[(b"a", 1, b"va"), (b"b", 2, b"vb"), (b"c", 3, b"vc")],
-        16,
-        4096,
-    );
-    let mut parts = take_apart(&std::fs::read(&path).unwrap());
-    assert_eq!(parts.data.len(), 1);
-    let mut entries = decode_block(&parts.data[0]);
-    entries.swap(1, 2);
-    parts.data[0] = encode_block(&entries, 16);
-    install_patched(&dir, &path, &parts, &meta, 3);
+fn entries_out_of_order_in_a_compaction_input_are_corruption() {
+    type Row = (&'static [u8], u64, &'static [u8]);
+    // (case, rows as built, the two entries swapped, last sequence)
+    let cases: [(&str, [Row; 3], (usize, usize), u64); 2] = [
+        (
+            "a, c, b",
+            [(b"a", 1, b"va"), (b"b", 2, b"vb"), (b"c", 3, b"vc")],
+            (1, 2),
+            3,
+        ),
+        (
+            "a@1, a@5, b",
+            [(b"a", 5, b"new"), (b"a", 1, b"old"), (b"b", 6, b"vb")],
+            (0, 1),
+            6,
+        ),
+    ];
+    for (what, rows, (x, y), last_sequence) in cases {
+        let tmp = fresh_dir("order");
+        let dir = tmp.path().to_path_buf();
+        let path = table_name(&dir, 1);
+        let meta = build_table(&path, 1, &rows, 16, 4096);
+        let mut parts = take_apart(&std::fs::read(&path).unwrap());
+        assert_eq!(parts.data.len(), 1);
+        let mut entries = decode_block(&parts.data[0]);
+        entries.swap(x, y);
+        parts.data[0] = encode_block(&entries, 16);
+        install_patched(&dir, &path, &parts, &meta, last_sequence);
 
-    let mut opts = Options::default();
-    opts.background_compaction = false;
-    let db = Db::open(&dir, opts).unwrap();
-    // A failed compaction poisons the database and names the failure.
-    let compacted = db.compact_all();
-    assert!(
-        is_corruption(&compacted)
-            || matches!(&compacted, Err(Error::Poisoned(why)) if why.starts_with("corruption")),
-        "compacting a table holding a, c, b gave {compacted:?}"
-    );
-    let report = db.verify().unwrap();
-    assert!(!report.is_ok(), "verify passed the table");
-}
-
-/// Versions of one key out of order in a compaction input (older before
-/// newer, checksums valid; found by review): the merge skipped the newer
-/// one as shadowed, compaction succeeded with the old value, and `verify`
-/// passed afterwards, the damage gone for good.
-#[test]
-fn versions_out_of_order_in_a_compaction_input_are_corruption() {
-    let tmp = fresh_dir("seq-order");
-    let dir = tmp.path().to_path_buf();
-    let path = table_name(&dir, 1);
-    let meta = build_table(
-        &path,
-        1,
-        &[(b"a", 5, b"new"), (b"a", 1, b"old"), (b"b", 6, b"vb")],
-        16,
-        4096,
-    );
-    let mut parts = take_apart(&std::fs::read(&path).unwrap());
-    let mut entries = decode_block(&parts.data[0]);
-    entries.swap(0, 1); // (a,1,old), (a,5,new), (b,6,vb)
-    parts.data[0] = encode_block(&entries, 16);
-    install_patched(&dir, &path, &parts, &meta, 6);
-
-    let mut opts = Options::default();
-    opts.background_compaction = false;
-    let db = Db::open(&dir, opts).unwrap();
-    let compacted = db.compact_all();
-    assert!(
-        is_corruption(&compacted)
-            || matches!(&compacted, Err(Error::Poisoned(why)) if why.starts_with("corruption")),
-        "compacting a table holding (a,1), (a,5) gave {compacted:?}; get(a) now {:?}",
-        db.get(b"a")
-    );
+        let mut opts = Options::default();
+        opts.background_compaction = false;
+        let db = Db::open(&dir, opts).unwrap();
+        // A failed compaction poisons the database and names the failure.
+        let compacted = db.compact_all();
+        assert!(
+            is_corruption(&compacted)
+                || matches!(&compacted, Err(Error::Poisoned(why)) if why.starts_with("corruption")),
+            "compacting a table holding {what} gave {compacted:?}; get(a) now {:?}",
+            db.get(b"a")
+        );
+        let report = db.verify().unwrap();
+        assert!(!report.is_ok(), "{what}: verify passed the table");
+    }
 }
 
 /// A dense precision-14 key sketch (format 1) whose every register holds

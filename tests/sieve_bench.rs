@@ -11,6 +11,21 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sieve-bench");
 
+/// Runs sieve-bench with `extra` and the given database directory and
+/// output paths, returning what it printed and its exit status.
+fn bench_output(extra: &[&str], db: &Path, json: &Path, chart: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(extra)
+        .arg("--dir")
+        .arg(db)
+        .arg("--json")
+        .arg(json)
+        .arg("--chart")
+        .arg(chart)
+        .output()
+        .expect("run sieve-bench")
+}
+
 fn run_bench(dir: &Path, extra: &[&str]) -> Value {
     let json = dir.join("results.json");
     let chart = dir.join("chart.svg");
@@ -390,31 +405,37 @@ fn a_read_before_the_first_fill_is_an_invalid_argument() {
     }
 }
 
-/// A compaction between read phases changes the tree; the missing-key
-/// check must use the tree its reads ran against (with no filter, every
-/// covering table costs exactly one block, so measured equals expected).
+/// The missing-key check must use the tree its reads ran against (with no
+/// filter, every covering table costs exactly one block and one filter
+/// check, so measured equals expected and checks equal covering tables).
+/// A compaction between read phases changes the tree; so do the background
+/// compactions a fill without a `compact` phase leaves running, which the
+/// program now waits for before each read phase (found by review,
+/// seventeenth session: the shape was taken while they still ran).
 #[test]
 fn expected_blocks_use_the_shape_the_missing_reads_ran_against() {
-    let dir = tempfile::tempdir().unwrap();
-    let v = run_bench(
-        dir.path(),
-        &[
-            "--num",
-            "20000",
-            "--filter",
-            "none",
-            "--benchmarks",
-            "fillseq,readrandom,compact,readmissing",
-        ],
-    );
-    let missing = &run_of(&v, "none")["missing"];
-    let measured = f(missing, &["measured_blocks_per_get"]);
-    let expected = f(missing, &["expected_blocks_per_get"]);
-    assert!(measured > 0.5, "measured {measured}");
-    assert!(
-        (measured - expected).abs() < 1e-9,
-        "measured {measured}, expected {expected}"
-    );
+    for (num, workloads) in [
+        ("20000", "fillseq,readrandom,compact,readmissing"),
+        ("200000", "fillrandom,readrandom,readzipf,readmissing"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let v = run_bench(
+            dir.path(),
+            &["--num", num, "--filter", "none", "--benchmarks", workloads],
+        );
+        let missing = &run_of(&v, "none")["missing"];
+        let covering = f(missing, &["covering_tables_per_get"]);
+        let checks = f(missing, &["filter_checks_per_get"]);
+        let measured = f(missing, &["measured_blocks_per_get"]);
+        let expected = f(missing, &["expected_blocks_per_get"]);
+        assert!(measured > 0.5, "{workloads}: measured {measured}");
+        assert!(
+            (measured - expected).abs() < 1e-9 && (checks - covering).abs() < 1e-9,
+            "{workloads}: measured {measured} blocks per missing get, expected {expected}; \
+             {checks} filter checks against {covering} covering tables (shape {})",
+            run_of(&v, "none")["shape"]
+        );
+    }
 }
 
 /// Regressions (found by review, fifteenth session) in what sieve-bench
@@ -450,17 +471,19 @@ fn reported_figures_describe_what_was_measured() {
     // the rate is absent (null, printed "-"), not 0% or NaN.
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
-    let out = Command::new(BIN)
-        .args(["--num", "1000", "--filter", "bloom"])
-        .args(["--benchmarks", "fillrandom,readmissing"])
-        .arg("--dir")
-        .arg(dir.path().join("db"))
-        .arg("--json")
-        .arg(&json)
-        .arg("--chart")
-        .arg(dir.path().join("c.svg"))
-        .output()
-        .unwrap();
+    let out = bench_output(
+        &[
+            "--num",
+            "1000",
+            "--filter",
+            "bloom",
+            "--benchmarks",
+            "fillrandom,readmissing",
+        ],
+        &dir.path().join("db"),
+        &json,
+        &dir.path().join("c.svg"),
+    );
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -486,44 +509,6 @@ fn reported_figures_describe_what_was_measured() {
     let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
     assert!(svg.contains("n/a"), "no n/a label in the chart");
 }
-/// Found by review: a fill without a `compact` phase leaves background compactions
-/// running into the read phases. The tree shape is taken once, at the first
-/// read phase after the fill, and the missing-key check of a later
-/// `readmissing` is computed against it, though the reads ran against the
-/// tree the compactions left. With no filter every covering table costs
-/// exactly one block and one filter check, so measured must equal expected
-/// and filter checks must equal covering tables, whatever the tree.
-#[test]
-fn the_missing_check_describes_the_tree_the_reads_ran_on_without_a_compact_phase() {
-    let dir = tempfile::tempdir().unwrap();
-    let v = run_bench(
-        dir.path(),
-        &[
-            "--num",
-            "200000",
-            "--filter",
-            "none",
-            "--benchmarks",
-            "fillrandom,readrandom,readzipf,readmissing",
-        ],
-    );
-    let missing = &run_of(&v, "none")["missing"];
-    let covering = f(missing, &["covering_tables_per_get"]);
-    let checks = f(missing, &["filter_checks_per_get"]);
-    let measured = f(missing, &["measured_blocks_per_get"]);
-    let expected = f(missing, &["expected_blocks_per_get"]);
-    assert!(
-        (checks - covering).abs() < 1e-9,
-        "{checks} filter checks per missing get against {covering} covering tables \
-         (shape {})",
-        run_of(&v, "none")["shape"]
-    );
-    assert!(
-        (measured - expected).abs() < 1e-9,
-        "measured {measured} blocks per missing get, expected {expected}"
-    );
-}
-
 /// Found by review: `--json` and `--chart` naming the same file. Both are "written"
 /// (the program says so and exits 0), but the chart overwrites the JSON
 /// report: the results are lost without an error.
@@ -531,17 +516,19 @@ fn the_missing_check_describes_the_tree_the_reads_ran_on_without_a_compact_phase
 fn json_and_chart_at_one_path_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let same = dir.path().join("out");
-    let out = Command::new(BIN)
-        .args(["--num", "100", "--filter", "bloom"])
-        .args(["--benchmarks", "fillrandom,readrandom"])
-        .arg("--dir")
-        .arg(dir.path().join("db"))
-        .arg("--json")
-        .arg(&same)
-        .arg("--chart")
-        .arg(&same)
-        .output()
-        .unwrap();
+    let out = bench_output(
+        &[
+            "--num",
+            "100",
+            "--filter",
+            "bloom",
+            "--benchmarks",
+            "fillrandom,readrandom",
+        ],
+        &dir.path().join("db"),
+        &same,
+        &same,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("invalid argument"),
@@ -561,17 +548,19 @@ fn a_dir_at_or_below_the_json_path_fails_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("results.json");
     for db in [json.clone(), json.join("db")] {
-        let out = Command::new(BIN)
-            .args(["--num", "20000", "--filter", "bloom"])
-            .args(["--benchmarks", "fillrandom,compact,readrandom"])
-            .arg("--dir")
-            .arg(&db)
-            .arg("--json")
-            .arg(&json)
-            .arg("--chart")
-            .arg(dir.path().join("c.svg"))
-            .output()
-            .unwrap();
+        let out = bench_output(
+            &[
+                "--num",
+                "20000",
+                "--filter",
+                "bloom",
+                "--benchmarks",
+                "fillrandom,compact,readrandom",
+            ],
+            &db,
+            &json,
+            &dir.path().join("c.svg"),
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "--dir {db:?}: exit 0");
