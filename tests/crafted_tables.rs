@@ -575,8 +575,10 @@ fn restart_offset_into_a_value_is_reported() {
 #[test]
 fn entries_out_of_order_in_a_compaction_input_are_corruption() {
     type Row = (&'static [u8], u64, &'static [u8]);
-    // (case, rows as built, the two entries swapped, last sequence)
-    let cases: [(&str, [Row; 3], (usize, usize), u64); 2] = [
+    /// The case's name, its rows as built, the two entries swapped, and
+    /// the last sequence number.
+    type Case = (&'static str, [Row; 3], (usize, usize), u64);
+    let cases: [Case; 2] = [
         (
             "a, c, b",
             [(b"a", 1, b"va"), (b"b", 2, b"vb"), (b"c", 3, b"vc")],
