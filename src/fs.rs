@@ -65,7 +65,8 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
-    /// Names of the entries of directory `path`.
+    /// Names of the entries of directory `path`, every one (a name that is
+    /// not UTF-8 converted lossily).
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
     /// Truncates `path` to `len` bytes (used to drop a torn log tail).
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
@@ -143,10 +144,13 @@ impl FileSystem for RealFs {
     }
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
+        // Every entry, a name that is not UTF-8 included (lossily: it then
+        // holds U+FFFD, so it is never taken for one of the engine's own
+        // file names); dropping them made a directory holding only such
+        // names list as empty (found by review: a checkpoint wrote into
+        // one).
         for entry in fs::read_dir(path)? {
-            if let Some(name) = entry?.file_name().to_str() {
-                names.push(name.to_string());
-            }
+            names.push(entry?.file_name().to_string_lossy().into_owned());
         }
         Ok(names)
     }

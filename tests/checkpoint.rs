@@ -449,3 +449,24 @@ fn a_destination_through_a_new_directory_and_dotdot_is_checked_once_created() {
     let db = Db::open(&dir, Options::default()).unwrap();
     assert_eq!(db.iter().unwrap().count(), 301);
 }
+
+/// A directory whose only entry has a name that is not UTF-8 listed as
+/// empty (found by review), and a checkpoint wrote into it.
+#[cfg(unix)]
+#[test]
+fn a_directory_holding_only_a_non_utf8_name_is_not_empty() {
+    use std::os::unix::ffi::OsStrExt;
+    let base = tempfile::tempdir().unwrap();
+    let db = Db::open(base.path().join("db"), Options::default()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    let dest = base.path().join("photos");
+    std::fs::create_dir(&dest).unwrap();
+    std::fs::write(
+        dest.join(std::ffi::OsStr::from_bytes(b"holiday-\xff.jpg")),
+        b"precious",
+    )
+    .unwrap();
+    let r = db.checkpoint(&dest);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 1, "written into");
+}

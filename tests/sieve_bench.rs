@@ -571,3 +571,47 @@ fn a_dir_at_or_below_the_json_path_fails_before_the_run() {
         );
     }
 }
+
+/// Found by review: an output path in the directory a run deletes and
+/// recreates (`<dir>/sievedb-bloom`), and a `--dir` that reaches the
+/// `--json` path through a missing directory and `..`, were refused only
+/// after the run, or not at all.
+#[test]
+fn outputs_in_a_run_directory_or_reached_through_dotdot_fail_before_the_run() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("d");
+    let chart = t.path().join("c.svg");
+    let cases = [
+        (d.clone(), d.join("sievedb-bloom")),
+        (d.clone(), d.join("sievedb-bloom").join("CURRENT")),
+        (
+            t.path().join("new").join("..").join("j"),
+            t.path().join("j"),
+        ),
+    ];
+    for (db, json) in cases {
+        let out = bench_output(
+            &[
+                "--num",
+                "2000",
+                "--filter",
+                "bloom",
+                "--benchmarks",
+                "fillrandom,readrandom",
+            ],
+            &db,
+            &json,
+            &chart,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("invalid argument"),
+            "--dir {db:?} --json {json:?}: {err}"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).is_empty(),
+            "ran: {err}"
+        );
+        assert!(!chart.exists());
+    }
+}

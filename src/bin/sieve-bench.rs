@@ -207,26 +207,17 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     if args.scan_len == 0 {
         return Err(BenchError::Invalid("--scan-len must be at least 1".into()));
     }
+    for (flag, path) in [("--json", &args.json), ("--chart", &args.chart)] {
+        if path.as_os_str().is_empty() {
+            return Err(BenchError::Invalid(format!("{flag} is an empty path")));
+        }
+    }
     if report::same_path(&args.json, &args.chart) {
         // The chart would overwrite the report.
         return Err(BenchError::Invalid(format!(
             "--json and --chart name one file ({})",
             args.json.display()
         )));
-    }
-    if let Some(dir) = &args.dir {
-        // The run creates `--dir` (and the directories above it): an
-        // output at one of them would fail only after the run (found by
-        // review).
-        for (flag, path) in [("--json", &args.json), ("--chart", &args.chart)] {
-            if report::is_within(dir, path) {
-                return Err(BenchError::Invalid(format!(
-                    "--dir {} is {flag} {} or lies below it",
-                    dir.display(),
-                    path.display()
-                )));
-            }
-        }
     }
     let reads = args.reads.unwrap_or(args.num.min(200_000));
     if reads == 0 {
@@ -298,6 +289,34 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         FilterArg::None => vec![PolicyKind::None],
         FilterArg::All => vec![PolicyKind::Bloom, PolicyKind::Ribbon, PolicyKind::None],
     };
+    if let Some(dir) = &args.dir {
+        // The run creates `--dir` (and the directories above it) and
+        // deletes and recreates one directory per engine and policy in
+        // it: an output at one of the first would fail only after the run,
+        // one in the second would be deleted or overwrite the database's
+        // files (found by review).
+        for (flag, path) in [("--json", &args.json), ("--chart", &args.chart)] {
+            if report::is_within(dir, path) {
+                return Err(BenchError::Invalid(format!(
+                    "--dir {} is {flag} {} or lies below it",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+            for e in &args.engine {
+                for p in &policies {
+                    let run = dir.join(run_dir_name(e, *p));
+                    if report::is_within(path, &run) {
+                        return Err(BenchError::Invalid(format!(
+                            "{flag} {} lies in {}, which each run deletes and recreates",
+                            path.display(),
+                            run.display()
+                        )));
+                    }
+                }
+            }
+        }
+    }
     Ok(Plan {
         ks,
         policies,
@@ -438,6 +457,11 @@ fn shape_summary(engine: &dyn Engine, keys: u64) -> (ShapeSummary, Vec<TableInfo
     (summary, shape.tables)
 }
 
+/// The directory, under `--dir`, of one engine's run under one policy.
+fn run_dir_name(engine: &str, policy: PolicyKind) -> String {
+    format!("{engine}-{}", policy.name())
+}
+
 /// Runs every workload of the plan on one engine under one policy.
 fn run_one(
     args: &Args,
@@ -446,7 +470,7 @@ fn run_one(
     policy: PolicyKind,
     base: &Path,
 ) -> BenchResult<Option<Run>> {
-    let dir = base.join(format!("{engine_name}-{}", policy.name()));
+    let dir = base.join(run_dir_name(engine_name, policy));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
     }

@@ -428,18 +428,31 @@ pub fn is_within(inner: &Path, outer: &Path) -> bool {
     }
 }
 
-/// `p` made absolute, its nearest existing ancestor resolved (links
-/// included) and the rest appended.
+/// `p` made absolute, its longest existing prefix resolved (links
+/// included) and the rest applied component by component, `..` taking one
+/// off (as the kernel resolves it once the missing directories exist).
 fn resolved(p: &Path) -> Option<std::path::PathBuf> {
+    use std::path::Component;
     let abs = std::path::absolute(p).ok()?;
-    let mut existing = abs.as_path();
-    let mut rest = Vec::new();
-    while std::fs::canonicalize(existing).is_err() {
-        rest.push(existing.file_name()?.to_owned());
-        existing = existing.parent()?;
+    let components: Vec<Component> = abs.components().collect();
+    // The longest prefix that exists (at least the root).
+    let mut split = components.len();
+    let mut out = loop {
+        let prefix: std::path::PathBuf = components[..split].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&prefix) {
+            break real;
+        }
+        split = split.checked_sub(1)?;
+    };
+    for c in &components[split..] {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
     }
-    let mut out = std::fs::canonicalize(existing).ok()?;
-    out.extend(rest.iter().rev());
     Some(out)
 }
 
