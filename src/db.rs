@@ -1706,6 +1706,13 @@ impl DbInner {
         self.wait_for_flushes_below(active)
     }
 
+    /// The number of the log writes go to now and the bytes written to it
+    /// (whole records), read together under the writer lock.
+    pub(crate) fn live_log(&self) -> (u64, u64) {
+        let w = self.writer.lock();
+        (w.mem.wal_number(), w.wal.len())
+    }
+
     /// Waits for the flushes of the memtables frozen by now (the active one
     /// is not frozen).
     pub(crate) fn wait_for_frozen_flushes(&self) -> Result<()> {

@@ -540,7 +540,7 @@ fn write_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result
 }
 
 /// The manifest number `CURRENT` names, `None` without a `CURRENT` file.
-fn current_manifest_number(fs: &dyn FileSystem, dir: &Path) -> Result<Option<u64>> {
+pub(crate) fn current_manifest_number(fs: &dyn FileSystem, dir: &Path) -> Result<Option<u64>> {
     let current = dir.join(CURRENT_FILE_NAME);
     let raw = match fs.read(&current) {
         Ok(raw) => raw,

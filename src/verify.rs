@@ -21,13 +21,21 @@
 //!   and last being the properties' smallest and largest keys, every user
 //!   key and key prefix passing the filter);
 //! * **logs** (every write-ahead log at or above the manifest's log number):
-//!   every record's checksum, every payload decoded as a write batch. A torn
-//!   tail (the end of the log being written) is not a problem;
+//!   every record's checksum, every payload decoded as a write batch. The
+//!   log being written is checked up to the bytes the engine had written
+//!   when `verify` started, and older logs whole (they were sealed and
+//!   synced): in either, a damaged last record or a file shorter than
+//!   that is a problem, not a torn tail (found by review: a damaged last
+//!   record passed `verify`, and the next open, after the close's seal
+//!   followed it, refused the log). The free function [`check_log_bytes`],
+//!   which cannot know what was written, takes a torn tail as the end of
+//!   a log being written;
 //! * **the manifest**: every record's checksum, every edit decoded and
 //!   replayed from empty (the first must be a snapshot), the replayed
 //!   table set compared with the one the database runs on, and the levels
 //!   checked as open checks them (below level 0 disjoint key ranges, no
-//!   table past the last sequence number).
+//!   table past the last sequence number);
+//! * **`CURRENT`**: it must name the manifest the database runs on.
 //!
 //! The same checks are exposed as free functions over bytes or paths
 //! ([`check_table_file`], [`check_log_bytes`], [`check_manifest_bytes`]) so
@@ -44,7 +52,10 @@ use crate::error::{Error, Result};
 use crate::filter::{key_hash, prefix_hash, FilterPolicy};
 use crate::iter::InternalIterator;
 use crate::key::decode_internal_key;
-use crate::manifest::{manifest_file_name, ManifestState, TableRecord, VersionEdit};
+use crate::manifest::{
+    current_manifest_number, manifest_file_name, ManifestState, TableRecord, VersionEdit,
+    CURRENT_FILE_NAME,
+};
 use crate::sstable::block::{user_part, BlockView};
 use crate::sstable::Table;
 use crate::stats::ReadCounters;
@@ -307,15 +318,18 @@ pub fn check_table_file(
 /// a lost record). `path` only names the file in problems. A torn tail is
 /// not a problem.
 pub fn check_log_bytes(data: &[u8], path: &Path) -> VerifyReport {
-    check_log_bytes_in_chain(data, path, &mut SequenceChain::default())
+    check_log_bytes_in_chain(data, path, &mut SequenceChain::default(), false)
 }
 
 /// [`check_log_bytes`] for one log of several read in order: `chain`
-/// carries the sequence numbers over from the logs before it.
+/// carries the sequence numbers over from the logs before it. With
+/// `whole`, the bytes are all the engine wrote to the log (whole records),
+/// so a torn tail is damage too.
 pub(crate) fn check_log_bytes_in_chain(
     data: &[u8],
     path: &Path,
     chain: &mut SequenceChain,
+    whole: bool,
 ) -> VerifyReport {
     let mut report = VerifyReport {
         files_checked: vec![path.to_path_buf()],
@@ -329,6 +343,16 @@ pub(crate) fn check_log_bytes_in_chain(
             return report;
         }
     };
+    if whole && scan.torn_tail {
+        report.problems.push(Problem {
+            file: path.to_path_buf(),
+            offset: Some(scan.valid_len),
+            reason: format!(
+                "the last record before byte {} the engine wrote is damaged",
+                data.len()
+            ),
+        });
+    }
     for span in &scan.records {
         report.log_records += 1;
         let Some(payload) = data.get(span.payload.clone()) else {
@@ -431,10 +455,12 @@ impl Db {
     /// reports what is damaged. Writes nothing; runs concurrently with reads
     /// and writes (the tables it checks are pinned while it runs).
     ///
-    /// The manifest is checked up to the length the engine had written when
-    /// `verify` started (edits that background work logs while it runs are
-    /// left to the next call), and compared with the state the engine runs
-    /// on; a manifest shorter than that length is reported.
+    /// The manifest and the log being written are checked up to the length
+    /// the engine had written when `verify` started (what is appended while
+    /// it runs is left to the next call); a file shorter than that length,
+    /// or whose last record within it is damaged, is reported. The manifest
+    /// is compared with the state the engine runs on, and `CURRENT` must
+    /// name it.
     ///
     /// Damage is reported in [`VerifyReport::problems`], not as an error;
     /// `Err` is returned only if the database is closed.
@@ -456,6 +482,30 @@ impl Db {
             )
         };
         let dir = &inner.dir;
+        // The log being written and its length: up to there it holds whole
+        // records, which the next open replays.
+        let (live_log, live_log_len) = inner.live_log();
+
+        // CURRENT, which the next open reads first: it must name the
+        // manifest the engine runs on (it changes only at open).
+        let current_path = dir.join(CURRENT_FILE_NAME);
+        report.files_checked.push(current_path.clone());
+        match current_manifest_number(inner.fs.as_ref(), dir) {
+            Ok(Some(n)) if n == manifest_number => {}
+            Ok(named) => report.problems.push(Problem {
+                file: current_path.clone(),
+                offset: None,
+                reason: match named {
+                    Some(n) => format!(
+                        "CURRENT names {}, but the database runs on {}",
+                        manifest_file_name(n),
+                        manifest_file_name(manifest_number)
+                    ),
+                    None => "CURRENT is missing".into(),
+                },
+            }),
+            Err(e) => report.problems.push(Problem::from_error(e, &current_path)),
+        }
 
         // The manifest, compared with the state the engine runs on.
         let manifest_path = dir.join(manifest_file_name(manifest_number));
@@ -541,7 +591,34 @@ impl Db {
         for n in logs {
             let path = dir.join(log_file_name(n));
             match inner.fs.read(&path) {
-                Ok(data) => report.absorb(check_log_bytes_in_chain(&data, &path, &mut chain)),
+                // The live log up to what the engine had written (writers
+                // may append meanwhile): shorter is lost records, a torn
+                // record inside is damage.
+                Ok(data) if n == live_log && (data.len() as u64) < live_log_len => {
+                    report.files_checked.push(path.clone());
+                    report.bytes += data.len() as u64;
+                    report.problems.push(Problem {
+                        file: path.clone(),
+                        offset: Some(data.len() as u64),
+                        reason: format!(
+                            "log is {} bytes, shorter than the {live_log_len} the engine wrote",
+                            data.len()
+                        ),
+                    });
+                }
+                Ok(mut data) if n == live_log => {
+                    data.truncate(live_log_len as usize);
+                    report.absorb(check_log_bytes_in_chain(&data, &path, &mut chain, true));
+                }
+                // A log before the live one was sealed and synced when the
+                // engine moved on (whole records); one after it was created
+                // after the length was read, and may be mid-append.
+                Ok(data) => report.absorb(check_log_bytes_in_chain(
+                    &data,
+                    &path,
+                    &mut chain,
+                    n < live_log,
+                )),
                 // Flushed and removed between the listing and the read:
                 // the next log's records need not continue the last ones
                 // read.
