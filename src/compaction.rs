@@ -316,7 +316,7 @@ impl DbInner {
         // them holds data this call must move down.
         let before = self.visible_seq.load(Ordering::Acquire);
         self.flush()?;
-        let mut bottom = self.compact_all_bottom();
+        let mut bottom = self.compact_all_bottom(1);
         let mut level = 0;
         loop {
             while level <= bottom {
@@ -326,12 +326,22 @@ impl DbInner {
             // Background compactions (running for concurrent writers) may
             // have moved part of the old data below `bottom` meanwhile: the
             // old bottom is then a middle level, and its data moves on too.
+            // And the rewrite may have outgrown the bottom's target (the
+            // bottom was chosen by the tables' sizes before it, and an
+            // option change, e.g. compression off, can make them larger):
+            // a background compaction, or the next one asked for, would
+            // move part of it on, leaving the data in two levels (found by
+            // review), so it all moves on now.
             let deepest = self.deepest_level_with_data();
-            if deepest <= bottom {
+            let version = Arc::clone(&self.current().version);
+            let last = version.levels.len() - 1;
+            let overfull =
+                bottom < last && version.level_bytes(bottom) > self.opts.level_target_bytes(bottom);
+            if deepest <= bottom && !overfull {
                 return Ok(());
             }
             level = bottom;
-            bottom = deepest;
+            bottom = self.compact_all_bottom(deepest.max(bottom + 1));
         }
     }
 
@@ -346,18 +356,18 @@ impl DbInner {
             .max(1)
     }
 
-    /// Where `compact_all` puts everything: the deepest level holding data,
-    /// or the first level below it whose target holds all of it (the last
-    /// level has none). A level over its target would have a background
-    /// compaction move part of the data on at once, leaving it in two
-    /// levels.
-    fn compact_all_bottom(&self) -> usize {
+    /// Where `compact_all` puts everything: the deepest level holding data
+    /// (or `from`, if deeper), or the first level below it whose target
+    /// holds all of it (the last level has none). A level over its target
+    /// would have a background compaction move part of the data on at
+    /// once, leaving it in two levels.
+    fn compact_all_bottom(&self, from: usize) -> usize {
         let version = Arc::clone(&self.current().version);
         let total: u64 = (0..version.levels.len())
             .map(|l| version.level_bytes(l))
             .sum();
         let last = version.levels.len() - 1;
-        let deepest = self.deepest_level_with_data().min(last);
+        let deepest = self.deepest_level_with_data().max(from).min(last);
         (deepest..=last)
             .find(|&l| l == last || total <= self.opts.level_target_bytes(l))
             .unwrap_or(last)

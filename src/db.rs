@@ -749,8 +749,10 @@ impl Db {
     /// every such write ends in one level, the deepest that held data when
     /// the call began, or the first level below it whose target size holds
     /// all the data (a level over its target would have a background
-    /// compaction move part of it on), or deeper if background compactions
-    /// running for concurrent writers extend the tree meanwhile. Tables that
+    /// compaction move part of it on; if the rewrite itself outgrows the
+    /// level, e.g. after turning compression off, everything moves on to the
+    /// next such level), or deeper if background compactions running for
+    /// concurrent writers extend the tree meanwhile. Tables that
     /// concurrent writes flush meanwhile hold only newer writes and are left
     /// to the background compactions, so with writers running it returns
     /// rather than chasing them.
