@@ -380,6 +380,21 @@ pub(crate) fn check_log_bytes_in_chain(
     report
 }
 
+/// The report on a file (`what` names its kind) that holds `len` bytes,
+/// fewer than the `written` the engine wrote to it: those bytes are gone.
+fn shorter_than_written(path: &Path, what: &str, len: usize, written: u64) -> VerifyReport {
+    VerifyReport {
+        files_checked: vec![path.to_path_buf()],
+        bytes: len as u64,
+        problems: vec![Problem {
+            file: path.to_path_buf(),
+            offset: Some(len as u64),
+            reason: format!("{what} is {len} bytes, shorter than the {written} the engine wrote"),
+        }],
+        ..VerifyReport::default()
+    }
+}
+
 /// Checks the bytes of a manifest: framing and checksums, every edit decoded
 /// and replayed from an empty state (the first record must be a snapshot).
 /// Returns the report and, when the replay succeeded, the replayed state.
@@ -530,18 +545,12 @@ impl Db {
             }
             // Appends only make it longer: bytes the engine wrote and synced
             // are gone.
-            Ok(data) => {
-                report.files_checked.push(manifest_path.clone());
-                report.bytes += data.len() as u64;
-                report.problems.push(Problem {
-                    file: manifest_path.clone(),
-                    offset: Some(data.len() as u64),
-                    reason: format!(
-                        "manifest is {} bytes, shorter than the {manifest_len} the engine wrote",
-                        data.len()
-                    ),
-                });
-            }
+            Ok(data) => report.absorb(shorter_than_written(
+                &manifest_path,
+                "manifest",
+                data.len(),
+                manifest_len,
+            )),
             Err(e) => report.problems.push(Problem::from_error(
                 Error::io(&manifest_path, e),
                 &manifest_path,
@@ -595,16 +604,7 @@ impl Db {
                 // may append meanwhile): shorter is lost records, a torn
                 // record inside is damage.
                 Ok(data) if n == live_log && (data.len() as u64) < live_log_len => {
-                    report.files_checked.push(path.clone());
-                    report.bytes += data.len() as u64;
-                    report.problems.push(Problem {
-                        file: path.clone(),
-                        offset: Some(data.len() as u64),
-                        reason: format!(
-                            "log is {} bytes, shorter than the {live_log_len} the engine wrote",
-                            data.len()
-                        ),
-                    });
+                    report.absorb(shorter_than_written(&path, "log", data.len(), live_log_len))
                 }
                 Ok(mut data) if n == live_log => {
                     data.truncate(live_log_len as usize);
