@@ -38,7 +38,7 @@ use crate::db::{counters_of, filter_policy_for_write, finish_table, table_option
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
-use crate::manifest::{manifest_file_name, TableRecord, VersionEdit};
+use crate::manifest::{TableRecord, VersionEdit};
 use crate::merge::MergingIterator;
 use crate::options::CompactionPick;
 use crate::sstable::{Table, TableBuilder};
@@ -577,9 +577,7 @@ impl DbInner {
         // be in the manifest even though the call failed (appended whole,
         // then the sync failed), and then the next open needs them. If it is
         // not, that open deletes them as unreferenced.
-        bg.manifest.log_edit(&edit)?;
-        let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
-        bg.mstate.apply(&edit, &manifest_path)?;
+        self.log_and_apply(&mut bg, &edit)?;
         self.install_version(|v| v.apply(&removed, outputs.clone()));
         for t in job.inputs.iter().chain(job.overlaps.iter()) {
             t.mark_obsolete();

@@ -188,6 +188,7 @@ pub(crate) struct EngineCounters {
     pub(crate) compaction_bytes_read: AtomicU64,
     pub(crate) compaction_bytes_written: AtomicU64,
     pub(crate) user_bytes_written: AtomicU64,
+    pub(crate) manifest_rolls: AtomicU64,
 }
 
 /// Tries of [`DbInner::read_view`]'s lock-free loads before it takes the
@@ -1775,6 +1776,42 @@ impl DbInner {
 
     /// Writes frozen memtable `imm` to a level-0 table, records it in the
     /// manifest, installs it, then deletes the memtable's log.
+    /// Logs `edit` to the manifest (durable when `Ok`) and applies it to
+    /// the manifest state, first replacing a manifest grown past
+    /// [`Options::manifest_roll_bytes`] by a fresh one (see
+    /// [`roll_manifest`](Self::roll_manifest)). The caller holds `bg`, so
+    /// edits, rolls and `verify`'s reads of the manifest never interleave.
+    pub(crate) fn log_and_apply(&self, bg: &mut BgState, edit: &VersionEdit) -> Result<()> {
+        if bg.manifest.should_roll(self.opts.manifest_roll_bytes) {
+            self.roll_manifest(bg)?;
+        }
+        bg.manifest.log_edit(edit)?;
+        let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
+        bg.mstate.apply(edit, &manifest_path)
+    }
+
+    /// Replaces the manifest by a new file holding one snapshot of the live
+    /// state ([`Manifest::create`]: written and synced, then `CURRENT`
+    /// moved to it), then deletes the old file. Both describe the same
+    /// state, so a crash anywhere in between reopens it. An error poisons
+    /// the engine through the caller's flush or compaction: once the
+    /// rename of `CURRENT` has been tried, which manifest it names on disk
+    /// is unknown, so neither may take another edit.
+    fn roll_manifest(&self, bg: &mut BgState) -> Result<()> {
+        let number = self.next_file.fetch_add(1, Ordering::SeqCst);
+        let mut state = bg.mstate.clone();
+        state.next_file_number = state
+            .next_file_number
+            .max(self.next_file.load(Ordering::SeqCst));
+        let old = bg.manifest.path().to_path_buf();
+        bg.manifest = Manifest::create(self.fs.as_ref(), &self.dir, number, &state)?;
+        bg.mstate = state;
+        self.engine.manifest_rolls.fetch_add(1, Ordering::Relaxed);
+        // Obsolete now; if removal fails, the next open removes it.
+        let _ = self.fs.remove_file(&old);
+        Ok(())
+    }
+
     fn flush_memtable(&self, imm: &Arc<Memtable>) -> Result<()> {
         let mut added = Vec::new();
         let mut max_seq = 0;
@@ -1831,9 +1868,7 @@ impl DbInner {
                 last_sequence: Some(bg.mstate.last_sequence.max(max_seq)),
                 log_number: Some(log_number),
             };
-            bg.manifest.log_edit(&edit)?;
-            let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
-            bg.mstate.apply(&edit, &manifest_path)?;
+            self.log_and_apply(&mut bg, &edit)?;
             self.update_sv(|sv| SuperVersion {
                 mem: Arc::clone(&sv.mem),
                 imms: sv
@@ -1906,6 +1941,8 @@ impl DbInner {
         stats.compaction_bytes_read = e.compaction_bytes_read.load(Ordering::Relaxed);
         stats.compaction_bytes_written = e.compaction_bytes_written.load(Ordering::Relaxed);
         stats.user_bytes_written = e.user_bytes_written.load(Ordering::Relaxed);
+        stats.manifest_rolls = e.manifest_rolls.load(Ordering::Relaxed);
+        stats.manifest_bytes = self.bg.lock().manifest.file_size();
         stats
     }
 }

@@ -58,6 +58,19 @@
 //! corruption. A reopening engine then writes a fresh manifest
 //! (`Manifest::create` with the next file number) instead of appending to
 //! the old one, so it never appends after a torn tail.
+//!
+//! # Rolling
+//!
+//! An engine that stays open appends one edit per flush and compaction. Once
+//! the file passes `Options::manifest_roll_bytes` (and twice its snapshot,
+//! [`Manifest::should_roll`]), the engine replaces it *before* logging the
+//! next edit: [`Manifest::create`] writes a new file whose snapshot is the
+//! live state, syncs it, and moves `CURRENT` to it; only then is the old
+//! file deleted. Both files describe the same state, so a crash at any
+//! point of the roll reopens that state from whichever file `CURRENT`
+//! names. A roll that fails poisons the engine like any failed edit: after
+//! a failed rename or directory sync nobody can say which file `CURRENT`
+//! names on disk, so neither may receive another edit.
 
 use std::collections::HashSet;
 use std::io;
@@ -518,6 +531,9 @@ impl ManifestState {
 pub struct Manifest {
     writer: LogWriter,
     number: u64,
+    /// Bytes of the snapshot record the file starts with (framing
+    /// included), for [`should_roll`](Manifest::should_roll).
+    snapshot_len: u64,
 }
 
 fn write_current(fs: &dyn FileSystem, dir: &Path, manifest_name: &str) -> Result<()> {
@@ -607,8 +623,13 @@ impl Manifest {
         // The new file's directory entry must be durable before CURRENT can
         // name it; POSIX does not order a create before a later rename.
         fs.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let snapshot_len = writer.len();
         write_current(fs, dir, &name)?;
-        Ok(Manifest { writer, number })
+        Ok(Manifest {
+            writer,
+            number,
+            snapshot_len,
+        })
     }
 
     /// Reads `CURRENT` (`None` if the database is new: no `CURRENT` file),
@@ -682,6 +703,15 @@ impl Manifest {
         edit.validate()?;
         self.writer.add_record(&edit.encode())?;
         self.writer.sync()
+    }
+
+    /// Whether this manifest has grown enough to be replaced by a fresh one
+    /// holding one snapshot: past `roll_bytes`, and past twice the snapshot
+    /// it started with (so a table set whose snapshot alone exceeds
+    /// `roll_bytes` is not rewritten on every edit).
+    pub fn should_roll(&self, roll_bytes: u64) -> bool {
+        let size = self.file_size();
+        size >= roll_bytes && size >= self.snapshot_len.saturating_mul(2)
     }
 
     /// This manifest's file number.

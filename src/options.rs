@@ -165,6 +165,18 @@ pub struct Options {
     /// bytes. Default [`Compression::None`] (measurements in
     /// `docs/benchmarks.md`, "Compression").
     pub compression: Compression,
+    /// Size in bytes past which the manifest (the log of table-set edits,
+    /// one small record per flush and compaction) is replaced: before the
+    /// next edit, a new manifest is written holding one snapshot of the
+    /// live table set, `CURRENT` is pointed at it, and the old file is
+    /// deleted. Without this the manifest of a database that stays open
+    /// grows by every flush and compaction until the next open rewrites
+    /// it, and that open replays every edit. A manifest is also never
+    /// replaced before it is twice the size of the snapshot it started
+    /// with, so a large table set does not rewrite its snapshot on every
+    /// edit. At least 1024; default 4 MiB (RocksDB's
+    /// `max_manifest_file_size` does the same at 1 GiB).
+    pub manifest_roll_bytes: u64,
     /// The filesystem all writes go through (tests substitute one that
     /// simulates power loss and I/O errors). Default: the real one.
     pub fs: Arc<dyn FileSystem>,
@@ -195,6 +207,7 @@ impl std::fmt::Debug for Options {
             .field("track_hot_keys", &self.track_hot_keys)
             .field("block_cache_bytes", &self.block_cache_bytes)
             .field("compression", &self.compression)
+            .field("manifest_roll_bytes", &self.manifest_roll_bytes)
             .field("fs", &self.fs)
             .finish()
     }
@@ -225,6 +238,7 @@ impl Default for Options {
             track_hot_keys: true,
             block_cache_bytes: DEFAULT_BLOCK_CACHE_BYTES,
             compression: Compression::None,
+            manifest_roll_bytes: 4 << 20,
             fs: Arc::new(RealFs),
         }
     }
@@ -300,6 +314,10 @@ impl Options {
         check(
             self.block_cache_bytes as u64 <= MAX_BLOCK_CACHE_BYTES,
             "block_cache_bytes must be at most 1 TiB",
+        )?;
+        check(
+            self.manifest_roll_bytes >= 1024,
+            "manifest_roll_bytes must be at least 1024",
         )?;
         check_reserved_policy_name(&self.filter_policy)?;
         Ok(())

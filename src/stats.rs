@@ -228,6 +228,12 @@ pub struct Stats {
     pub flush_bytes_written: u64,
     /// Bytes of user data (keys and values) accepted by writes since open.
     pub user_bytes_written: u64,
+    /// Times the manifest was replaced by a fresh snapshot since open, on
+    /// passing [`Options::manifest_roll_bytes`](crate::Options::manifest_roll_bytes).
+    pub manifest_rolls: u64,
+    /// Size in bytes of the manifest in use: its snapshot plus the edits
+    /// logged since.
+    pub manifest_bytes: u64,
 }
 
 impl Stats {

@@ -485,15 +485,21 @@ impl Db {
         // The manifest's state and length together, under the lock every
         // edit is logged under: the first `manifest_len` bytes are exactly
         // the records that made `mstate`. Background work may append an
-        // edit while the file is read below; a read that catches it half
+        // edit once the lock is released; a read that catches it half
         // written must not look like a torn manifest (it did, once, in the
         // crash test under heavy load), so only that prefix is checked.
-        let (manifest_number, manifest_len, mstate) = {
+        // `CURRENT` and the manifest are read under the lock too: an edit
+        // may replace the manifest (`Options::manifest_roll_bytes`),
+        // moving `CURRENT` and deleting the file the state came from.
+        let (manifest_number, manifest_len, mstate, current, manifest_data) = {
             let bg = inner.bg.lock();
+            let number = bg.manifest.number();
             (
-                bg.manifest.number(),
+                number,
                 bg.manifest.file_size(),
                 bg.mstate.clone(),
+                current_manifest_number(inner.fs.as_ref(), &inner.dir),
+                inner.fs.read(&inner.dir.join(manifest_file_name(number))),
             )
         };
         let dir = &inner.dir;
@@ -502,10 +508,10 @@ impl Db {
         let (live_log, live_log_len) = inner.live_log();
 
         // CURRENT, which the next open reads first: it must name the
-        // manifest the engine runs on (it changes only at open).
+        // manifest the engine runs on.
         let current_path = dir.join(CURRENT_FILE_NAME);
         report.files_checked.push(current_path.clone());
-        match current_manifest_number(inner.fs.as_ref(), dir) {
+        match current {
             Ok(Some(n)) if n == manifest_number => {}
             Ok(named) => report.problems.push(Problem {
                 file: current_path.clone(),
@@ -524,7 +530,7 @@ impl Db {
 
         // The manifest, compared with the state the engine runs on.
         let manifest_path = dir.join(manifest_file_name(manifest_number));
-        match inner.fs.read(&manifest_path) {
+        match manifest_data {
             Ok(mut data) if data.len() as u64 >= manifest_len => {
                 data.truncate(manifest_len as usize);
                 let (r, replayed) = check_manifest_bytes(&data, &manifest_path);
@@ -607,8 +613,16 @@ impl Db {
                     report.absorb(shorter_than_written(&path, "log", data.len(), live_log_len))
                 }
                 Ok(mut data) if n == live_log => {
+                    let appended = data.len() as u64 > live_log_len;
                     data.truncate(live_log_len as usize);
                     report.absorb(check_log_bytes_in_chain(&data, &path, &mut chain, true));
+                    // Records appended since the length was read are not
+                    // checked, so a later log need not continue the last
+                    // record checked (a false "writes were lost", seen
+                    // with writes, flushes and `verify` all running).
+                    if appended {
+                        chain.restart();
+                    }
                 }
                 // A log before the live one was sealed and synced when the
                 // engine moved on (whole records); one after it was created

@@ -541,30 +541,63 @@ fn a_damaged_last_write_is_detected_after_a_clean_close() {
     }
 }
 
-/// The real filesystem, except that a read of a `MANIFEST-*` file waits
-/// while `hold` is set, and removing `fail_remove` fails.
+/// The real filesystem, except that the first listing of a directory
+/// while `hold` is set waits until it is cleared, creating a table file
+/// waits while `hold_tables` is set (a flush stays pending), and removing
+/// `fail_remove` fails. (It held `verify`'s read of the manifest until the
+/// eighteenth session, when that read moved under the engine's lock, where
+/// holding it would hold the flushes too.)
 #[derive(Debug, Default)]
-struct HoldManifestFs {
+struct HoldListingFs {
     hold: std::sync::Mutex<bool>,
     released: std::sync::Condvar,
     waiting: std::sync::atomic::AtomicBool,
+    hold_tables: std::sync::Mutex<bool>,
+    tables_released: std::sync::Condvar,
+    table_waiting: std::sync::atomic::AtomicBool,
     fail_remove: std::sync::Mutex<Option<PathBuf>>,
 }
 
-impl FsHooks for HoldManifestFs {
-    fn read(&self, p: &Path) -> std::io::Result<Vec<u8>> {
-        let name = p.file_name().unwrap_or_default().to_string_lossy();
-        if name.starts_with("MANIFEST-") {
-            let mut hold = self.hold.lock().unwrap();
-            if *hold {
-                self.waiting
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
+impl HoldListingFs {
+    /// Blocks until `flag` is set (by a call the test waits for).
+    fn wait_for(flag: &std::sync::atomic::AtomicBool, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} never happened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl FsHooks for HoldListingFs {
+    fn list_dir(&self, p: &Path) -> std::io::Result<Vec<String>> {
+        let mut hold = self.hold.lock().unwrap();
+        // Only the first listing while held waits (the verifier's): the
+        // engine lists the directory too (the default `create_new` does,
+        // for every table and log it creates) and must go on meanwhile.
+        if *hold && !self.waiting.swap(true, std::sync::atomic::Ordering::SeqCst) {
             while *hold {
                 hold = self.released.wait(hold).unwrap();
             }
         }
-        RealFs.read(p)
+        drop(hold);
+        RealFs.list_dir(p)
+    }
+    fn create(&self, p: &Path) -> std::io::Result<Box<dyn sievedb::fs::WritableFile>> {
+        if p.extension().is_some_and(|e| e == "sst") {
+            let mut hold = self.hold_tables.lock().unwrap();
+            if *hold {
+                self.table_waiting
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            while *hold {
+                hold = self.tables_released.wait(hold).unwrap();
+            }
+        }
+        RealFs.create(p)
     }
     fn remove_file(&self, p: &Path) -> std::io::Result<()> {
         if self.fail_remove.lock().unwrap().as_deref() == Some(p) {
@@ -580,18 +613,20 @@ impl FsHooks for HoldManifestFs {
 /// the next open), left that stale log in the listing next to a newer one,
 /// and the sequence check reported the records of the deleted log between
 /// them as lost on a healthy database.
+///
+/// The stale log must be older than the log being written when `verify`
+/// starts (records appended to that one after the start restart the
+/// chain), so its flush is held pending until `verify` is running.
 #[test]
 fn verify_does_not_chain_a_leftover_flushed_log_to_newer_ones() {
-    use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().unwrap();
-    let fs = Arc::new(Hooked(HoldManifestFs::default()));
+    let fs = Arc::new(Hooked(HoldListingFs::default()));
     let opts = Options {
         background_compaction: false,
         fs: fs.clone(),
         ..Options::default()
     };
     let db = Arc::new(Db::open(dir.path(), opts).unwrap());
-    db.put(b"a", b"1").unwrap();
     let logs = |d: &Path| {
         let mut v: Vec<PathBuf> = std::fs::read_dir(d)
             .unwrap()
@@ -601,27 +636,31 @@ fn verify_does_not_chain_a_leftover_flushed_log_to_newer_ones() {
         v.sort();
         v
     };
+    db.put(b"a", b"1").unwrap();
     let first_log = logs(dir.path()).pop().unwrap();
+    // The first log is sealed and its flush held: it is still needed when
+    // `verify` starts, and the second log is the one being written.
+    *fs.hold_tables.lock().unwrap() = true;
+    let flushing = Arc::clone(&db);
+    let flusher = std::thread::spawn(move || flushing.flush().unwrap());
+    HoldListingFs::wait_for(&fs.table_waiting, "the held flush");
+    db.put(b"b", b"2").unwrap();
     *fs.hold.lock().unwrap() = true;
     let verifying = Arc::clone(&db);
     let verifier = std::thread::spawn(move || verifying.verify().unwrap());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !fs.waiting.load(Ordering::SeqCst) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "verify never read the manifest through the filesystem"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    HoldListingFs::wait_for(&fs.waiting, "verify's listing");
+    // The first log is flushed; removing it fails.
     *fs.fail_remove.lock().unwrap() = Some(first_log.clone());
-    db.flush().unwrap(); // the first log is flushed; removing it fails
-    db.put(b"b", b"2").unwrap();
+    *fs.hold_tables.lock().unwrap() = false;
+    fs.tables_released.notify_all();
+    flusher.join().unwrap();
     db.flush().unwrap(); // the second is flushed and removed
     db.put(b"c", b"3").unwrap();
     *fs.hold.lock().unwrap() = false;
     fs.released.notify_all();
     let report = verifier.join().unwrap();
     assert!(first_log.exists(), "the leftover log is there");
+    assert_eq!(logs(dir.path()).len(), 2, "the leftover and the live log");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     for k in [&b"a"[..], b"b", b"c"] {
         assert!(db.get(k).unwrap().is_some());

@@ -66,6 +66,10 @@ fn calls_in_clean_run(dir: &Path) -> FaultCounts {
     let stats = db.stats();
     assert!(stats.flushes >= 5, "workload must flush: {stats:?}");
     assert!(stats.compactions >= 2, "workload must compact: {stats:?}");
+    assert!(
+        stats.manifest_rolls >= 1,
+        "workload must replace the manifest: {stats:?}"
+    );
     db.close().expect("close");
     fs.counts()
 }
@@ -613,4 +617,142 @@ fn copy_tree(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
         }
     }
+}
+
+/// Options for the manifest-roll sweep: flushes only when asked, no
+/// compaction, and a manifest replaced once it passes 1 KiB, so the calls
+/// a run makes are the same every time and one known flush rolls.
+fn roll_options(fs: &FaultFs) -> Options {
+    Options {
+        sync_writes: true,
+        memtable_bytes: 1 << 20,
+        background_compaction: false,
+        level0_compaction_trigger: 100,
+        level0_stop_writes: 100,
+        manifest_roll_bytes: 1024,
+        fs: Arc::new(fs.clone()),
+        ..Options::default()
+    }
+}
+
+/// Batches of the roll sweep, one flush after each.
+const ROLL_BATCHES: u64 = 40;
+
+/// Writes and flushes batches `1..=ROLL_BATCHES` until one fails, calling
+/// `after_flush(batch, rolls)` after each flush. Returns (acked,
+/// attempted, first error).
+fn roll_run(db: &Db, mut after_flush: impl FnMut(u64, u64)) -> (u64, u64, Option<Error>) {
+    for b in 1..=ROLL_BATCHES {
+        if let Err(e) = db.write(&batch(b)) {
+            return (b - 1, b, Some(e));
+        }
+        if let Err(e) = db.flush() {
+            return (b, b, Some(e));
+        }
+        after_flush(b, db.stats().manifest_rolls);
+    }
+    (ROLL_BATCHES, ROLL_BATCHES, None)
+}
+
+/// Every filesystem call of the flush that replaces the manifest, cut by
+/// a power loss or failed with EIO: nothing synced is lost, the database
+/// is poisoned by a failure (never writing on to a manifest that `CURRENT`
+/// may no longer name), and reopening recovers every acknowledged batch.
+#[test]
+fn every_call_of_a_manifest_roll_cut_or_failed_loses_nothing() {
+    let base = tempfile::tempdir().expect("tempdir");
+    // A clean run, to find the calls of the first flush that rolls.
+    let fs = FaultFs::new();
+    let db = Db::open(base.path().join("clean"), roll_options(&fs)).expect("open");
+    let mut span = None;
+    let mut before = fs.counts().mutations;
+    let (acked, _, err) = roll_run(&db, |b, rolls| {
+        let after = fs.counts().mutations;
+        if rolls == 1 && span.is_none() {
+            span = Some((b, before + 1, after));
+        }
+        before = after;
+    });
+    assert!(err.is_none(), "clean run failed: {err:?}");
+    assert_eq!(acked, ROLL_BATCHES);
+    let stats = db.stats();
+    assert!(stats.manifest_rolls >= 1, "the run must roll: {stats:?}");
+    // Only one manifest is left, and it is smaller than the limit plus
+    // one snapshot of this table set.
+    let manifests = std::fs::read_dir(base.path().join("clean"))
+        .expect("list")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("MANIFEST-"))
+        })
+        .count();
+    assert_eq!(manifests, 1, "the old manifest is deleted");
+    drop(db);
+    let (roll_batch, first, last) = span.expect("a flush rolled the manifest");
+    // The flush that rolled starts with the write of its batch; its calls
+    // (write, table, roll, edit) are first..=last.
+    assert!(
+        last - first >= 6,
+        "a roll makes several calls: {first}..={last}"
+    );
+
+    let mut cuts = 0;
+    let mut failures = 0;
+    let mut ignored = 0;
+    for at in first..=last {
+        for cut in [true, false] {
+            let what = format!(
+                "{} at call {at} ({first}..={last}, flush of batch {roll_batch})",
+                if cut { "power cut" } else { "EIO" }
+            );
+            let dir = base
+                .path()
+                .join(format!("{}{at}", if cut { "cut" } else { "err" }));
+            let fs = FaultFs::new();
+            if cut {
+                fs.cut_power_at(at).expect("cut point");
+            } else {
+                fs.fail_nth(None, at, FaultKind::Io).expect("fault point");
+            }
+            let db = Db::open(&dir, roll_options(&fs)).expect("open");
+            let (acked, attempted, err) = roll_run(&db, |_, _| {});
+            let Some(e) = err else {
+                // Only deleting an obsolete file (the old manifest, the
+                // flushed log) may fail unseen: the next open deletes it.
+                assert!(!cut, "{what}: the power cut was never reached");
+                assert_eq!(acked, ROLL_BATCHES);
+                ignored += 1;
+                drop(db);
+                fs.clear_faults();
+                reopen_and_check(&dir, &fs, acked, attempted, &what);
+                continue;
+            };
+            assert!(is_failure_error(&e), "{what}: unexpected error {e}");
+            // (A cut at a deletion the flush ignores stops the next write.)
+            assert!(
+                attempted == roll_batch || attempted == roll_batch + 1,
+                "{what}: failed at batch {attempted}"
+            );
+            if cut {
+                cuts += 1;
+                drop(db);
+                fs.reboot().expect("reboot");
+            } else {
+                failures += 1;
+                // Poisoned: nothing more goes to either manifest.
+                assert!(
+                    matches!(db.write(&batch(attempted + 1)), Err(Error::Poisoned(_))),
+                    "{what}: a write after the failed roll was taken"
+                );
+                drop(db);
+                fs.clear_faults();
+            }
+            reopen_and_check(&dir, &fs, acked, attempted, &what);
+        }
+    }
+    assert!(ignored <= 2, "{ignored} failed calls went unseen");
+    eprintln!(
+        "manifest roll: {cuts} power cuts and {failures} I/O errors over calls \
+         {first}..={last}, {ignored} failed deletions of obsolete files"
+    );
 }

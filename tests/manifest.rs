@@ -1,6 +1,8 @@
 //! Manifest: edit encoding, apply semantics, the manifest log, CURRENT
 //! switching and recovery from damage.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
@@ -775,4 +777,195 @@ fn open_never_reuses_the_number_of_a_table_the_manifest_names() {
     }
     let table = dir.path().join(format!("{:06}.sst", (1u64 << 58) + 4));
     assert!(std::fs::metadata(table).unwrap().len() > 100_000);
+}
+
+/// Options under which an open database replaces its manifest often: small
+/// memtables and tables (a flush or compaction every few writes) and the
+/// smallest roll size.
+fn rolling_options() -> sievedb::Options {
+    sievedb::Options {
+        memtable_bytes: 4 << 10,
+        table_bytes: 4 << 10,
+        level1_bytes: 16 << 10,
+        level_size_multiplier: 4,
+        block_bytes: 512,
+        manifest_roll_bytes: 1024,
+        ..sievedb::Options::default()
+    }
+}
+
+fn manifest_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("MANIFEST-"))
+        .collect()
+}
+
+/// An open database replaces a manifest grown past
+/// `Options::manifest_roll_bytes` (it used to grow by every flush and
+/// compaction until the next open): one manifest file is left, its size
+/// stays near the limit, `verify` running beside the writes never sees a
+/// replaced manifest as damage, and a reopen finds every write.
+#[test]
+fn an_open_database_replaces_its_manifest_past_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = std::sync::Arc::new(sievedb::Db::open(dir.path(), rolling_options()).expect("open"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let verifier = {
+        let (db, stop) = (std::sync::Arc::clone(&db), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut runs = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let report = db.verify().expect("verify");
+                assert!(report.is_ok(), "verify run {runs}: {:?}", report.problems);
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let mut largest = 0;
+    for i in 0..6_000u32 {
+        db.put(format!("k{:06}", i % 2_500), format!("v{i:08}-{:0>60}", i))
+            .expect("put");
+        if i % 200 == 0 {
+            largest = largest.max(db.stats().manifest_bytes);
+        }
+    }
+    db.wait_for_compactions().expect("compactions");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let verify_runs = verifier.join().expect("verifier");
+    let stats = db.stats();
+    assert!(
+        stats.flushes + stats.compactions >= 80,
+        "the workload must log many edits: {stats:?}"
+    );
+    assert!(stats.manifest_rolls >= 3, "{stats:?}");
+    // Each roll starts from a snapshot of at most a few dozen tables.
+    assert!(
+        largest <= 8 << 10,
+        "the manifest grew to {largest} bytes: {stats:?}"
+    );
+    let names = manifest_files(dir.path());
+    assert_eq!(names.len(), 1, "old manifests are deleted: {names:?}");
+    let on_disk = std::fs::metadata(dir.path().join(&names[0]))
+        .expect("manifest")
+        .len();
+    assert_eq!(on_disk, stats.manifest_bytes);
+    assert!(verify_runs >= 1);
+    drop(db);
+
+    let db = sievedb::Db::open(dir.path(), rolling_options()).expect("reopen");
+    for k in 0..2_500u32 {
+        let newest = (0..6_000u32)
+            .filter(|i| i % 2_500 == k)
+            .max()
+            .expect("written");
+        assert_eq!(
+            db.get(format!("k{k:06}")).expect("get"),
+            Some(format!("v{newest:08}-{:0>60}", newest).into_bytes()),
+            "key {k}"
+        );
+    }
+}
+
+#[test]
+fn a_manifest_roll_size_below_1024_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = sievedb::Options {
+        manifest_roll_bytes: 1023,
+        ..sievedb::Options::default()
+    };
+    match sievedb::Db::open(dir.path(), opts) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("manifest_roll_bytes"), "{why}"),
+        other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Holds `verify`'s read of `CURRENT` (once armed) until `CURRENT` is
+/// replaced or a second passes.
+#[derive(Debug, Default)]
+struct SlowCurrentFs {
+    armed: std::sync::atomic::AtomicBool,
+    reading: std::sync::atomic::AtomicBool,
+    replaced: parking_lot::Mutex<bool>,
+    replaced_cv: parking_lot::Condvar,
+}
+
+impl common::hooked_fs::FsHooks for SlowCurrentFs {
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if path.ends_with(CURRENT_FILE_NAME) && self.armed.swap(false, SeqCst) {
+            self.reading.store(true, SeqCst);
+            let mut replaced = self.replaced.lock();
+            if !*replaced {
+                self.replaced_cv
+                    .wait_for(&mut replaced, std::time::Duration::from_secs(1));
+            }
+        }
+        RealFs.read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        RealFs.rename(from, to)?;
+        if to.ends_with(CURRENT_FILE_NAME) {
+            *self.replaced.lock() = true;
+            self.replaced_cv.notify_all();
+        }
+        Ok(())
+    }
+}
+
+/// Regression: `verify` took the manifest's number and length under the
+/// engine's lock but read `CURRENT` and the manifest after releasing it; a
+/// manifest replaced in between was reported as "CURRENT names another
+/// manifest" (or as a missing file). The filesystem here holds `verify`'s
+/// read of `CURRENT` until a flush has replaced the manifest.
+#[test]
+fn verify_is_not_fooled_by_a_manifest_replaced_while_it_runs() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = std::sync::Arc::new(common::hooked_fs::Hooked(SlowCurrentFs::default()));
+    let opts = sievedb::Options {
+        memtable_bytes: 1 << 20,
+        background_compaction: false,
+        level0_compaction_trigger: 100,
+        level0_stop_writes: 100,
+        manifest_roll_bytes: 1024,
+        fs: fs.clone(),
+        ..sievedb::Options::default()
+    };
+    let db = std::sync::Arc::new(sievedb::Db::open(dir.path(), opts).expect("open"));
+    // Flush until the next edit replaces the manifest.
+    let mut i = 0;
+    while db.stats().manifest_bytes < 1024 {
+        db.put(format!("k{i}"), "v").expect("put");
+        db.flush().expect("flush");
+        i += 1;
+    }
+    assert_eq!(db.stats().manifest_rolls, 0);
+    // (Open replaced `CURRENT` too.)
+    *fs.replaced.lock() = false;
+    fs.armed.store(true, SeqCst);
+    let verifier = {
+        let db = std::sync::Arc::clone(&db);
+        std::thread::spawn(move || db.verify().expect("verify"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fs.reading.load(SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "verify never read CURRENT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    db.put("last", "v").expect("put");
+    db.flush().expect("flush");
+    let report = verifier.join().expect("verifier");
+    assert_eq!(
+        db.stats().manifest_rolls,
+        1,
+        "the flush replaced the manifest"
+    );
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert!(db.verify().expect("verify").is_ok());
 }

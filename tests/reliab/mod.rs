@@ -49,6 +49,9 @@ pub fn churn_options() -> Options {
         level0_compaction_trigger: 3,
         level0_stop_writes: 6,
         block_bytes: 512,
+        // Small enough that the workloads replace the manifest several
+        // times, so every sweep also crashes and fails inside a roll.
+        manifest_roll_bytes: 1024,
         ..Options::default()
     }
 }
