@@ -198,12 +198,17 @@ fn run(keys: usize) {
             &accepted,
         ),
     ];
-    for path in ["avx512", "avx2", "popcnt", "portable"] {
+    for path in ["avx512", "avx2", "avx2-general", "popcnt", "portable"] {
         if let Some(l) = layout.clone().on_path(path) {
             rows.push((
                 format!("absent/ribbon64/{path}"),
-                Query::Layout(l, bytes64.clone()),
+                Query::Layout(l.clone(), bytes64.clone()),
                 &absent,
+            ));
+            rows.push((
+                format!("present/ribbon64/{path}"),
+                Query::Layout(l, bytes64.clone()),
+                &accepted,
             ));
         }
     }

@@ -17,7 +17,14 @@ use sievedb::filter::ribbon64::{
 use sievedb::filter::{self, undecodable_filters, Filter, FORMAT_RIBBON64};
 
 /// Every named path of `Ribbon64Layout::on_path`.
-const PATHS: [&str; 5] = ["avx512", "avx512-general", "avx2", "popcnt", "portable"];
+const PATHS: [&str; 6] = [
+    "avx512",
+    "avx512-general",
+    "avx2",
+    "avx2-general",
+    "popcnt",
+    "portable",
+];
 
 /// A crafted filter and what it was made of.
 struct Crafted {
@@ -173,6 +180,7 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
             layout.may_contain_avx512_narrow_path(&exact, h),
             layout.may_contain_avx512_general_path(&exact, h),
             layout.may_contain_avx2_path(&exact, h),
+            layout.may_contain_avx2_narrow_path(&exact, h),
         ] {
             assert!(answer.is_none_or(|a| a == want), "avx512, {name}");
         }
@@ -213,6 +221,7 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
                 layout.may_contain_avx512_narrow_path(&cut, h),
                 layout.may_contain_avx512_general_path(&cut, h),
                 layout.may_contain_avx2_path(&cut, h),
+                layout.may_contain_avx2_narrow_path(&cut, h),
             ] {
                 assert!(answer.is_none_or(|a| a == portable), "cut {len}, {name}");
             }
@@ -499,6 +508,7 @@ fn queries_never_read_past_the_solution() {
                                 layout.may_contain_avx512_narrow_path(cut, h),
                                 layout.may_contain_avx512_general_path(cut, h),
                                 layout.may_contain_avx2_path(cut, h),
+                                layout.may_contain_avx2_narrow_path(cut, h),
                             ] {
                                 assert!(answer.is_none_or(|a| a == want), "length {len}");
                             }
@@ -511,7 +521,8 @@ fn queries_never_read_past_the_solution() {
 }
 
 /// On this CPU the layout takes the path its features allow: the narrow
-/// AVX-512 one for at most 8 columns when the CPU has AVX-512.
+/// AVX-512 one for at most 8 columns when the CPU has AVX-512, else the
+/// narrow AVX2 one for at most 8 columns when it has AVX2.
 #[test]
 fn path_choice() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
@@ -520,10 +531,19 @@ fn path_choice() {
         let layout = Ribbon64Layout::parse(&c.bytes).unwrap();
         if layout.uses_avx512() {
             assert_eq!(layout.uses_avx512_narrow(), upper <= 8);
+            assert!(!layout.uses_avx2_narrow());
         } else {
             assert!(!layout.uses_avx512_narrow());
             assert!(layout.clone().on_path("avx512").is_none());
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(
+                layout.uses_avx2_narrow(),
+                upper <= 8 && std::arch::is_x86_feature_detected!("avx2")
+            );
         }
+        let avx2_narrow = layout.may_contain_avx2_narrow_path(&c.bytes, 1);
+        let avx2_general = layout.may_contain_avx2_path(&c.bytes, 1);
+        assert_eq!(avx2_narrow.is_some(), avx2_general.is_some() && upper <= 8);
         assert!(layout.clone().on_path("portable").is_some());
         assert!(layout.on_path("nonsense").is_none());
     }

@@ -35,7 +35,14 @@ use sievedb::filter::{
 };
 
 /// Every path name `Ribbon64Layout::on_path` knows.
-const PATHS: [&str; 5] = ["avx512", "avx512-general", "avx2", "popcnt", "portable"];
+const PATHS: [&str; 6] = [
+    "avx512",
+    "avx512-general",
+    "avx2",
+    "avx2-general",
+    "popcnt",
+    "portable",
+];
 
 /// Standard deviations a measured false-positive rate may differ from the
 /// expected one (a two-sided binomial bound; about 1 in 1.7 million runs
@@ -91,6 +98,7 @@ fn paths_of(layout: &Ribbon64Layout) -> Vec<(&'static str, Ribbon64Layout)> {
         assert_eq!(has("avx512-general"), avx512);
         assert_eq!(layout.uses_avx512(), avx512);
         assert_eq!(has("avx2"), cpu!("avx2"));
+        assert_eq!(has("avx2-general"), cpu!("avx2"));
         assert_eq!(has("popcnt"), cpu!("popcnt"));
     }
     paths
@@ -147,6 +155,7 @@ fn assert_every_path_is_the_reference(
             ("narrow", layout.may_contain_avx512_narrow_path(bytes, h)),
             ("general", layout.may_contain_avx512_general_path(bytes, h)),
             ("avx2", layout.may_contain_avx2_path(bytes, h)),
+            ("avx2 narrow", layout.may_contain_avx2_narrow_path(bytes, h)),
         ] {
             assert!(answer.is_none_or(|a| a == want), "{name}: {hook} hook");
         }

@@ -1,22 +1,173 @@
-//! The AVX2 query of format 0x06: four columns per chunk, for CPUs without
-//! the AVX-512 features of [`avx512`](super::avx512).
+//! The AVX2 queries of format 0x06, for CPUs without the AVX-512 features
+//! of [`avx512`](super::avx512): a narrow one for layouts of at most 8
+//! columns, and a general one in chunks of 4 columns.
 //!
-//! The key's coefficients are split once into two 64-bit masks, of its
-//! start block's words and the next block's
-//! ([`Located64::masks`](super::layout::Located64::masks)). A chunk is one
-//! masked 32-byte load per block (four columns; lanes past the last column
-//! are zero and never read), two ANDs and one XOR, six shift-XORs that
-//! bring each lane's parity to its bit 63 (AVX2 has no vector population
-//! count), and one `vmovmskpd` of those bits, compared with the key's
-//! result bits.
+//! Both split the key's coefficients into two 64-bit masks, of its start
+//! block's words and the next block's: the parity of `window & coeff` over
+//! a column is that of `(w0 & m0) ^ (w1 & m1)`, `m0 = coeff << s` and `m1 =
+//! coeff >> (64 - s)` for `s = slot % 64` (AVX2's variable shifts give 0
+//! for a count of 64, so `s = 0` needs no case of its own). AVX2 has no
+//! vector population count; parities are shift-XOR folds.
+//!
+//! **Narrow** (`narrow_unchecked`): all 8 columns at once, no loop, no
+//! branch, no bounds check after one length check by the caller. Two masked
+//! 32-byte loads per block (columns 0-3 and 4-7; lanes past the shard's
+//! last column are zero and never read), the ANDs and XORs, then each
+//! 64-bit lane is folded to 32 bits and the two halves blended into one
+//! vector of eight 32-bit lanes (columns 0, 4, 1, 5, 2, 6, 3, 7), five
+//! shift-XORs bring each lane's parity to its sign bit, and one
+//! `vmovmskps` gives the eight parities, compared with the key's result
+//! bits put in the same order by a 256-byte table. Measured against the
+//! general path in `examples/ribbon64_query.rs` (docs/filters.md).
+//!
+//! **General** (`check_columns`): any column count, bounds-checked, in
+//! chunks of 4 columns: one masked load per block, six shift-XORs per
+//! 64-bit lane and one `vmovmskpd`, with an exit after the first chunk
+//! that mismatches.
 //!
 //! This module has `unsafe` because `#[target_feature]` functions and the
-//! vector loads need it; the loads stay inside a slice whose length was
-//! checked first.
+//! vector loads need it; the loads of `check_columns` stay inside a slice
+//! whose length was checked first, those of `narrow_unchecked` inside the
+//! solution, whose length its caller checked once (see its `# Safety`).
 
-use super::layout::Located64;
-use super::WORD_BYTES;
+use super::layout::{Located64, Ribbon64Layout, NARROW_CONSTANTS};
+use super::{coeff_of, fastrange64, BLOCK_SLOTS, WORD_BYTES};
 use std::arch::x86_64::*;
+
+/// `vpmaskmovq` masks of the narrow query: entry `c` selects the first `c`
+/// of 8 columns (lanes 0-3 the first load's, 4-7 the second's). 64-byte
+/// entries on 64-byte boundaries: one cache line per column count.
+#[repr(C, align(64))]
+struct NarrowLanes([[i64; 8]; 9]);
+
+static NARROW_LANES: NarrowLanes = {
+    let mut out = [[0i64; 8]; 9];
+    let mut c = 0;
+    while c <= 8 {
+        let mut lane = 0;
+        while lane < c {
+            out[c][lane] = -1;
+            lane += 1;
+        }
+        c += 1;
+    }
+    NarrowLanes(out)
+};
+
+/// The narrow query's order of parities: bit `2i` of `INTERLEAVED[r]` is
+/// bit `i` of `r` (column `i`), bit `2i + 1` is bit `i + 4` (column `i +
+/// 4`), for `i` in `0..4`.
+static INTERLEAVED: [u8; 256] = {
+    let mut out = [0u8; 256];
+    let mut r = 0;
+    while r < 256 {
+        let mut i = 0;
+        while i < 4 {
+            out[r] |= (((r >> i) & 1) << (2 * i) | ((r >> (i + 4)) & 1) << (2 * i + 1)) as u8;
+            i += 1;
+        }
+        r += 1;
+    }
+    out
+};
+
+/// Same answer as `Ribbon64Table::may_contain_reference` for layouts of at
+/// most 8 upper columns (every shard has 1 to 8): one pass over all eight
+/// column lanes, no loop and no bounds checks (see the module doc).
+///
+/// # Safety
+///
+/// `layout` comes from `Ribbon64Layout::parse` (through `from_table`,
+/// possibly moved to another path by `on_path`) with at most 8 upper
+/// columns and at most `NARROW_MAX_SLOTS` slots (the conditions of
+/// `Path64::narrow`), `solution` points to at least `layout.table_start`
+/// readable bytes that hold the solution of the bytes it was parsed from
+/// (only their length matters for safety), and the CPU supports AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn narrow_unchecked(
+    layout: &Ribbon64Layout,
+    solution: *const u8,
+    key_hash: u64,
+) -> bool {
+    debug_assert!(layout.upper_columns <= 8);
+    let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
+    debug_assert!(index < layout.shards.len());
+    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `from_table` made
+    // one entry per shard of a parsed table (`shards.len() == num_shards
+    // >= 1`).
+    let shard = unsafe { layout.shards.get_unchecked(index) };
+    let k = layout.constants;
+    debug_assert_eq!(k, NARROW_CONSTANTS);
+    let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
+    // The key's region slot, exact: below `2^32` (`NARROW_MAX_SLOTS`, a
+    // condition of this path).
+    let slot = shard.smash_clamp(fastrange64(g, shard.num_slots as u64) as u32) as u64;
+    let stride = shard.stride as usize;
+    let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
+    let p = (g as u128).wrapping_mul(k.coeff_mult as u128);
+    let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
+    debug_assert_eq!(coeff, coeff_of(g));
+    // Every shard of a narrow layout has 1 to 8 columns (the index check
+    // is for the compiler; it never fails).
+    let lanes = &NARROW_LANES.0[(shard.columns as usize).min(8)];
+    // SAFETY: `lanes` is 8 readable i64; two unaligned 32-byte loads.
+    let (lanes_lo, lanes_hi) = unsafe {
+        (
+            _mm256_loadu_si256(lanes.as_ptr().cast::<__m256i>()),
+            _mm256_loadu_si256(lanes.as_ptr().add(4).cast::<__m256i>()),
+        )
+    };
+    let load = |at: usize, mask: __m256i| {
+        // SAFETY: `at` is `here` or `here + stride` (the first byte of block
+        // `slot / 64` or of the next block of the shard's region), plus 0
+        // or 32. Whatever `u` is, `smash_clamp` gives `slot = first +
+        // start` with `start` in `0 ..= num_slots - 64`, exact in 32 bits
+        // (this path's condition), so the window `slot .. slot + 64` lies
+        // in the shard, whose slots lie in the region (`parse` made
+        // `first` the sum of the region's earlier shards and the region's
+        // slot count `slots_j` their sum). So `slot + 64 <= slots_j`, and
+        // the next block `slot / 64 + 1 <= slots_j / 64 = blocks_j - 1`
+        // exists: the spec's extra block per region. Block `b` of the
+        // region is `stride` bytes at `base + b * stride` (one word per
+        // column), inside the region's `blocks_j * stride` bytes, which
+        // `parse` checked end at or before `table_start`, within
+        // `solution`'s readable bytes (the caller's contract). The mask
+        // selects the words of columns below the shard's `columns` (words
+        // `0..4` of the block at offset 0, `4..8` at offset 32), all inside
+        // the block, and masked-off lanes are not accessed (a load whose
+        // lanes are all off, past the end, reads nothing: hence
+        // `wrapping_add`).
+        unsafe { _mm256_maskload_epi64(solution.wrapping_add(at).cast::<i64>(), mask) }
+    };
+    let c = _mm256_set1_epi64x(coeff as i64);
+    let s = _mm256_set1_epi64x((slot % BLOCK_SLOTS as u64) as i64);
+    let m0 = _mm256_sllv_epi64(c, s);
+    let m1 = _mm256_srlv_epi64(c, _mm256_sub_epi64(_mm256_set1_epi64x(64), s));
+    let next = here + stride;
+    let x_lo = _mm256_xor_si256(
+        _mm256_and_si256(load(here, lanes_lo), m0),
+        _mm256_and_si256(load(next, lanes_lo), m1),
+    );
+    let x_hi = _mm256_xor_si256(
+        _mm256_and_si256(load(here + 32, lanes_hi), m0),
+        _mm256_and_si256(load(next + 32, lanes_hi), m1),
+    );
+    // Columns 0-3 folded into the low halves of their lanes, 4-7 into the
+    // high halves, then one vector of eight 32-bit parities' worth.
+    let folded_lo = _mm256_xor_si256(x_lo, _mm256_srli_epi64::<32>(x_lo));
+    let folded_hi = _mm256_xor_si256(x_hi, _mm256_slli_epi64::<32>(x_hi));
+    let mut y = _mm256_blend_epi32::<0b1010_1010>(folded_lo, folded_hi);
+    y = _mm256_xor_si256(y, _mm256_slli_epi32::<16>(y));
+    y = _mm256_xor_si256(y, _mm256_slli_epi32::<8>(y));
+    y = _mm256_xor_si256(y, _mm256_slli_epi32::<4>(y));
+    y = _mm256_xor_si256(y, _mm256_slli_epi32::<2>(y));
+    y = _mm256_xor_si256(y, _mm256_slli_epi32::<1>(y));
+    let odd = _mm256_movemask_ps(_mm256_castsi256_ps(y)) as u8;
+    // Lanes past the key's columns load zero: even, as their masked-off
+    // result bits.
+    odd == INTERLEAVED[(g as u8 & shard.lanes) as usize]
+}
 
 /// `vpmaskmovq` masks selecting the first `n` of four lanes.
 static LANES: [[i64; 4]; 5] = [

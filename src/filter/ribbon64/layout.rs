@@ -135,7 +135,12 @@ pub(super) enum Path64 {
     /// `mod avx512` for any column count: chunks of up to 8 columns,
     /// bounds-checked.
     Avx512,
-    /// `mod avx2`: chunks of 4 columns, bounds-checked.
+    /// `mod avx2` for layouts of at most 8 upper columns (and at most
+    /// [`NARROW_MAX_SLOTS`] slots): all 8 column lanes at once, no loop,
+    /// no bounds checks after one length check.
+    Avx2Narrow,
+    /// `mod avx2` for any column count: chunks of 4 columns,
+    /// bounds-checked.
     Avx2,
     /// The scalar column loop with POPCNT.
     Popcnt,
@@ -149,7 +154,7 @@ impl Path64 {
         if cpu_has_avx512() {
             Path64::avx512(upper_columns, num_slots)
         } else if cpu_has_avx2() {
-            Path64::Avx2
+            Path64::avx2(upper_columns, num_slots)
         } else if cpu_has_popcnt() {
             Path64::Popcnt
         } else {
@@ -161,23 +166,49 @@ impl Path64 {
     /// narrow for at most 8 columns (every shard then has 1 to 8) and at
     /// most [`NARROW_MAX_SLOTS`] slots.
     pub(super) fn avx512(upper_columns: u32, num_slots: u64) -> Path64 {
-        if upper_columns <= 8 && num_slots <= NARROW_MAX_SLOTS {
+        if Path64::narrow(upper_columns, num_slots) {
             Path64::Avx512Narrow
         } else {
             Path64::Avx512
         }
     }
 
+    /// The AVX2 path for `upper_columns` columns and `num_slots` slots:
+    /// narrow under the same conditions as [`avx512`](Self::avx512).
+    pub(super) fn avx2(upper_columns: u32, num_slots: u64) -> Path64 {
+        if Path64::narrow(upper_columns, num_slots) {
+            Path64::Avx2Narrow
+        } else {
+            Path64::Avx2
+        }
+    }
+
+    /// Whether a layout of `upper_columns` columns and `num_slots` slots
+    /// may take a narrow path: at most 8 columns (every shard then has 1 to
+    /// 8) and at most [`NARROW_MAX_SLOTS`] slots.
+    pub(super) fn narrow(upper_columns: u32, num_slots: u64) -> bool {
+        upper_columns <= 8 && num_slots <= NARROW_MAX_SLOTS
+    }
+
+    /// Whether this is one of the narrow paths, which read without bounds
+    /// checks once `bytes` holds the solution.
+    #[cfg(test)]
+    pub(super) fn is_narrow(self) -> bool {
+        matches!(self, Path64::Avx512Narrow | Path64::Avx2Narrow)
+    }
+
     /// The function [`Ribbon64Layout::may_contain`] calls on this path. It
     /// may only be called if the CPU has the path's features: AVX-512 F,
     /// VL, VBMI2, VPOPCNTDQ and BMI2 for the AVX-512 paths
-    /// ([`cpu_has_avx512`]), AVX2 for `Avx2` ([`cpu_has_avx2`]), POPCNT for
+    /// ([`cpu_has_avx512`]), AVX2 for the AVX2 paths ([`cpu_has_avx2`]),
+    /// POPCNT for
     /// `Popcnt`; `Portable` needs nothing.
     pub(super) fn query_fn(self) -> QueryFn64 {
         #[cfg(target_arch = "x86_64")]
         match self {
             Path64::Avx512Narrow => Ribbon64Layout::may_contain_avx512_narrow,
             Path64::Avx512 => Ribbon64Layout::may_contain_avx512,
+            Path64::Avx2Narrow => Ribbon64Layout::may_contain_avx2_narrow,
             Path64::Avx2 => Ribbon64Layout::may_contain_avx2,
             Path64::Popcnt => Ribbon64Layout::may_contain_popcnt,
             Path64::Portable => Ribbon64Layout::may_contain_portable_path,
@@ -213,9 +244,10 @@ pub struct Ribbon64Layout {
     pub(super) table_start: usize,
     /// Slots over all shards.
     pub(super) num_slots: u64,
-    /// Bytes at least this long take the narrow AVX-512 query without
-    /// bounds checks: `table_start` for a parsed layout of at most 8 upper
-    /// columns (the narrow query covers it), else `usize::MAX` (never).
+    /// Bytes at least this long take a narrow query (AVX-512 or AVX2)
+    /// without bounds checks: `table_start` for a parsed layout of at most
+    /// 8 upper columns and [`NARROW_MAX_SLOTS`] slots (the narrow queries
+    /// cover it), else `usize::MAX` (never).
     pub(super) unchecked_len: usize,
     /// `2^-columns` averaged over the shards.
     pub(super) fp_rate: f64,
@@ -320,8 +352,7 @@ impl Ribbon64Layout {
             upper_columns: table.upper_columns,
             table_start: table.table_start,
             num_slots,
-            unchecked_len: if Path64::avx512(table.upper_columns, num_slots) == Path64::Avx512Narrow
-            {
+            unchecked_len: if Path64::narrow(table.upper_columns, num_slots) {
                 table.table_start
             } else {
                 usize::MAX
@@ -409,10 +440,18 @@ impl Ribbon64Layout {
         self.path == Path64::Avx512Narrow
     }
 
+    /// Whether [`may_contain`](Self::may_contain) takes the narrow AVX2
+    /// path on this CPU; for tests.
+    #[doc(hidden)]
+    pub fn uses_avx2_narrow(&self) -> bool {
+        self.path == Path64::Avx2Narrow
+    }
+
     /// This layout with [`may_contain`](Self::may_contain) forced onto the
     /// named path: `"avx512"` (narrow where the columns allow),
-    /// `"avx512-general"` (chunks of 8 columns, any count), `"avx2"`,
-    /// `"popcnt"` or
+    /// `"avx512-general"` (chunks of 8 columns, any count), `"avx2"`
+    /// (narrow where the columns allow), `"avx2-general"` (chunks of 4
+    /// columns), `"popcnt"` or
     /// `"portable"`; `None` for another name or a path this CPU cannot run.
     /// For benchmarks and tests.
     #[doc(hidden)]
@@ -420,7 +459,8 @@ impl Ribbon64Layout {
         let path = match name {
             "avx512" if cpu_has_avx512() => Path64::avx512(self.upper_columns, self.num_slots),
             "avx512-general" if cpu_has_avx512() => Path64::Avx512,
-            "avx2" if cpu_has_avx2() => Path64::Avx2,
+            "avx2" if cpu_has_avx2() => Path64::avx2(self.upper_columns, self.num_slots),
+            "avx2-general" if cpu_has_avx2() => Path64::Avx2,
             "popcnt" if cpu_has_popcnt() => Path64::Popcnt,
             "portable" => Path64::Portable,
             _ => return None,
@@ -501,6 +541,10 @@ mod tests {
         assert_eq!(Path64::avx512(8, NARROW_MAX_SLOTS), Path64::Avx512Narrow);
         assert_eq!(Path64::avx512(9, 64), Path64::Avx512);
         assert_eq!(Path64::avx512(8, NARROW_MAX_SLOTS + 1), Path64::Avx512);
+        assert_eq!(Path64::avx2(1, 64), Path64::Avx2Narrow);
+        assert_eq!(Path64::avx2(8, NARROW_MAX_SLOTS), Path64::Avx2Narrow);
+        assert_eq!(Path64::avx2(9, 64), Path64::Avx2);
+        assert_eq!(Path64::avx2(8, NARROW_MAX_SLOTS + 1), Path64::Avx2);
         assert_eq!(std::mem::size_of::<ShardQuery64>(), 32);
         assert_eq!(std::mem::align_of::<ShardQuery64>(), 32);
     }
@@ -549,12 +593,19 @@ mod tests {
         let past = Ribbon64Layout::from_table(&table).unwrap();
         assert_eq!(past.num_slots, NARROW_MAX_SLOTS + 1_000);
         assert_eq!(past.unchecked_len, usize::MAX);
-        assert_ne!(past.path, Path64::Avx512Narrow);
-        for name in ["avx512", "avx512-general", "avx2", "popcnt", "portable"] {
+        assert!(!past.path.is_narrow());
+        for name in [
+            "avx512",
+            "avx512-general",
+            "avx2",
+            "avx2-general",
+            "popcnt",
+            "portable",
+        ] {
             let Some(on) = past.clone().on_path(name) else {
                 continue;
             };
-            assert_ne!(on.path, Path64::Avx512Narrow, "{name}");
+            assert!(!on.path.is_narrow(), "{name}");
             assert_eq!(on.unchecked_len, usize::MAX, "{name}");
             for h in [0, 1 << 63, u64::MAX - 1, u64::MAX] {
                 assert!(on.may_contain(&[0u8; 4096], h), "{name}");

@@ -59,7 +59,7 @@ pub(crate) type SourceQueryFn64<F> = unsafe fn(&F, u64) -> bool;
 impl Ribbon64Layout {
     /// Queries `bytes` (the bytes this layout was parsed from): `false` only
     /// if the key hash was certainly not among the built ones. Any bytes
-    /// are safe: reads are bounds-checked, or (the narrow AVX-512 path)
+    /// are safe: reads are bounds-checked, or (the narrow paths)
     /// follow one check that `bytes` holds the whole solution; reads past
     /// the end of shorter bytes answer `true`.
     ///
@@ -78,7 +78,7 @@ impl Ribbon64Layout {
     }
 
     /// The function a decoded filter `F` stores to answer its queries: on
-    /// the narrow AVX-512 path the query itself, reading the solution
+    /// a narrow path (AVX-512 or AVX2) the query itself, reading the solution
     /// without any length check (`F`'s contract says its bytes are the
     /// parsed ones), so that a query is one indirect call; on other paths a
     /// call of [`may_contain`](Self::may_contain) on `F`'s bytes.
@@ -86,8 +86,12 @@ impl Ribbon64Layout {
         // `unchecked_len` too: it is below `usize::MAX` only for a parsed
         // layout that the narrow query covers (never the empty layout).
         #[cfg(target_arch = "x86_64")]
-        if self.path == Path64::Avx512Narrow && self.unchecked_len != usize::MAX {
-            return query_narrow::<F>;
+        if self.unchecked_len != usize::MAX {
+            match self.path {
+                Path64::Avx512Narrow => return query_narrow::<F>,
+                Path64::Avx2Narrow => return query_narrow_avx2::<F>,
+                _ => {}
+            }
         }
         query_via_layout::<F>
     }
@@ -214,7 +218,23 @@ impl Ribbon64Layout {
         unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
     }
 
-    /// The narrow AVX-512 query's answer for bytes shorter than the
+    /// The narrow AVX2 query (at most 8 upper columns): as the narrow
+    /// AVX-512 one, one length check and then no bounds checks.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn may_contain_avx2_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
+        if bytes.len() < self.unchecked_len {
+            return self.may_contain_checked(bytes, key_hash);
+        }
+        // SAFETY: as in `may_contain_avx512_narrow`: `unchecked_len` is
+        // below `usize::MAX` only for a parsed layout the narrow queries
+        // cover, and then equals `table_start`, so `bytes` holds the whole
+        // solution. The CPU has AVX2 (this function's target feature).
+        unsafe { avx2::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+    }
+
+    /// A narrow query's answer for bytes shorter than the
     /// solution (or a layout it does not cover): the bounds-checked scalar
     /// query, whose reads past the end answer "may contain".
     #[cold]
@@ -254,9 +274,19 @@ impl Ribbon64Layout {
         (on.path == Path64::Avx512Narrow).then(|| on.may_contain(bytes, key_hash))
     }
 
-    /// The AVX2 query whatever path [`may_contain`](Self::may_contain)
-    /// takes; `None` if the CPU lacks AVX2. For tests that compare the
-    /// paths.
+    /// The narrow AVX2 query whatever path
+    /// [`may_contain`](Self::may_contain) takes; `None` if the CPU lacks
+    /// AVX2 or the layout does not qualify (more than 8 upper columns). For
+    /// tests that compare the paths.
+    #[doc(hidden)]
+    pub fn may_contain_avx2_narrow_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
+        let on = self.clone().on_path("avx2")?;
+        (on.path == Path64::Avx2Narrow).then(|| on.may_contain(bytes, key_hash))
+    }
+
+    /// The general AVX2 query (chunks of 4 columns, bounds-checked)
+    /// whatever path [`may_contain`](Self::may_contain) takes; `None` if
+    /// the CPU lacks AVX2. For tests that compare the paths.
     #[doc(hidden)]
     pub fn may_contain_avx2_path(&self, bytes: &[u8], key_hash: u64) -> Option<bool> {
         #[cfg(target_arch = "x86_64")]
@@ -296,6 +326,27 @@ unsafe fn query_via_layout<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool
     filter
         .ribbon64()
         .may_contain(filter.ribbon64_bytes(), key_hash)
+}
+
+/// The narrow AVX2 query of a decoded filter, with no length check:
+/// `F`'s contract says its bytes are those the layout was parsed from.
+///
+/// # Safety
+///
+/// Must be the function [`Ribbon64Layout::query_fn_for`] returned for the
+/// filter's layout (its path is the narrow AVX2 one, so the CPU has AVX2).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn query_narrow_avx2<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool {
+    let layout = filter.ribbon64();
+    debug_assert_eq!(layout.path, Path64::Avx2Narrow);
+    debug_assert!(filter.ribbon64_bytes().len() >= layout.table_start);
+    // SAFETY: as in `query_narrow`: `query_fn_for` returns this function
+    // only for a layout on the narrow AVX2 path whose `unchecked_len` is not
+    // `usize::MAX` (a parsed layout the narrow queries cover, on that path
+    // only when the CPU has AVX2), and by `F`'s contract the layout was
+    // parsed from exactly `ribbon64_bytes()`, at least `table_start` long.
+    unsafe { avx2::narrow_unchecked(layout, filter.ribbon64_bytes().as_ptr(), key_hash) }
 }
 
 /// The narrow AVX-512 query of a decoded filter, with no length check:
