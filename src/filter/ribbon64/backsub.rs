@@ -105,6 +105,22 @@ fn solve_scalar(
     region: &mut [u8],
     parity: impl Fn(u64) -> u32,
 ) {
+    // Up to 8 columns (every filter of 1 in 256 false positives or more):
+    // one loop per column count, so the states stay in registers and the
+    // column loop is unrolled (the POPCNT solver's share of a 1,000,000-key
+    // build fell from 12.5% to 7.0% of the cycles on AMD Zen 3, about 1.7x
+    // faster: docs/filters.md).
+    match columns {
+        1 => return solve_fixed::<1>(coeffs, results, offset, region, parity),
+        2 => return solve_fixed::<2>(coeffs, results, offset, region, parity),
+        3 => return solve_fixed::<3>(coeffs, results, offset, region, parity),
+        4 => return solve_fixed::<4>(coeffs, results, offset, region, parity),
+        5 => return solve_fixed::<5>(coeffs, results, offset, region, parity),
+        6 => return solve_fixed::<6>(coeffs, results, offset, region, parity),
+        7 => return solve_fixed::<7>(coeffs, results, offset, region, parity),
+        8 => return solve_fixed::<8>(coeffs, results, offset, region, parity),
+        _ => {}
+    }
     let mut states = [0u64; COLUMNS];
     let states = &mut states[..columns];
     for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
@@ -115,6 +131,28 @@ fn solve_scalar(
         let g = offset + j;
         if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
             emit(region, g, states);
+        }
+    }
+}
+
+/// [`solve_scalar`] for `C` columns.
+#[inline(always)]
+fn solve_fixed<const C: usize>(
+    coeffs: &[u64],
+    results: &[u64],
+    offset: usize,
+    region: &mut [u8],
+    parity: impl Fn(u64) -> u32,
+) {
+    let mut states = [0u64; C];
+    for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
+        for (c, state) in states.iter_mut().enumerate() {
+            let shifted = *state << 1;
+            *state = shifted | ((parity(coeff & shifted) ^ (result >> c) as u32) & 1) as u64;
+        }
+        let g = offset + j;
+        if g.is_multiple_of(BLOCK_SLOTS) || j == 0 {
+            emit(region, g, &states);
         }
     }
 }
