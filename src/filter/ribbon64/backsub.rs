@@ -108,8 +108,8 @@ fn solve_scalar(
     // Up to 8 columns (every filter of 1 in 256 false positives or more):
     // one loop per column count, so the states stay in registers and the
     // column loop is unrolled (the POPCNT solver's share of a 1,000,000-key
-    // build fell from 12.5% to 7.0% of the cycles on AMD Zen 3, about 1.7x
-    // faster: docs/filters.md).
+    // build fell from 12.5% to 7.0% of the cycles on AMD Zen 3, about 1.8x
+    // fewer cycles: docs/filters.md).
     match columns {
         1 => return solve_fixed::<1>(coeffs, results, offset, region, parity),
         2 => return solve_fixed::<2>(coeffs, results, offset, region, parity),
@@ -121,6 +121,20 @@ fn solve_scalar(
         8 => return solve_fixed::<8>(coeffs, results, offset, region, parity),
         _ => {}
     }
+    solve_general(coeffs, results, offset, columns, region, parity)
+}
+
+/// [`solve_scalar`] for any column count (`1..=32`), the states in a slice:
+/// what it runs for more than 8 columns.
+#[inline(always)]
+fn solve_general(
+    coeffs: &[u64],
+    results: &[u64],
+    offset: usize,
+    columns: usize,
+    region: &mut [u8],
+    parity: impl Fn(u64) -> u32,
+) {
     let mut states = [0u64; COLUMNS];
     let states = &mut states[..columns];
     for (j, (&coeff, &result)) in coeffs.iter().zip(results).enumerate().rev() {
@@ -396,6 +410,20 @@ mod tests {
                     outputs[1] == outputs[2],
                     "{columns} columns: scalar vs portable"
                 );
+                // The general loop, which the scalar paths skip for up to
+                // 8 columns (`solve_fixed`), writes the same bytes too.
+                let mut general = vec![0u8; len];
+                for (_, band, offset, _) in &shards {
+                    solve_general(
+                        band.coeffs(),
+                        band.results(),
+                        *offset,
+                        columns,
+                        &mut general,
+                        parity_mul,
+                    );
+                }
+                assert!(outputs[2] == general, "{columns} columns: general loop");
                 let region = &outputs[0];
                 // Every key's equations hold, read the way a query reads.
                 for (keys, band, offset, seed) in &shards {

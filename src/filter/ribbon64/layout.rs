@@ -38,14 +38,14 @@ pub(super) struct ShardQuery64 {
     pub(super) num_slots: u16,
     /// `num_slots - 32`: the largest `u` the clamp keeps.
     pub(super) high: u16,
-    /// `bzhi(0xff, columns)`: the load mask of the narrow AVX-512 query
+    /// `bzhi(0xff, columns)`: the load mask of the narrow queries (AVX-512 and AVX2)
     /// (bit `c` selects column `c`'s word) and the result bits it checks.
     pub(super) lanes: u8,
     /// Result columns of the shard: `1..=32`.
     pub(super) columns: u8,
 }
 
-/// The most slots a layout may have for the narrow AVX-512 query, which
+/// The most slots a layout may have for the narrow queries, which
 /// computes a key's region slot in 32-bit arithmetic (`smash_clamp`): with
 /// at most this many, every region slot is below `2^32`. About four
 /// billion keys.
@@ -259,11 +259,11 @@ pub struct Ribbon64Layout {
     /// `path.query_fn()`: what [`may_contain`](Self::may_contain) calls, so
     /// that the dispatch is one load and one indirect jump.
     pub(super) query: QueryFn64,
-    /// The narrow AVX-512 query's constants, always [`NARROW_CONSTANTS`].
+    /// The narrow queries' constants, always [`NARROW_CONSTANTS`].
     pub(super) constants: NarrowConstants,
 }
 
-/// Constants of the narrow AVX-512 query, kept in every layout so that the
+/// Constants of the narrow queries (AVX-512 and AVX2), kept in every layout so that the
 /// query reads them as memory operands: as immediates, each 64-bit
 /// multiplier costs a `movabs` before its multiply, and the parity bit a
 /// shift before a `vptestmq` of the popcounts against themselves (the

@@ -316,7 +316,7 @@ impl Ribbon64Layout {
 }
 
 /// The query a decoded filter stores on paths other than the narrow
-/// AVX-512 one: its layout's [`may_contain`](Ribbon64Layout::may_contain)
+/// ones (AVX-512 and AVX2): its layout's [`may_contain`](Ribbon64Layout::may_contain)
 /// on its bytes.
 ///
 /// # Safety
