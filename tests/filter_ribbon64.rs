@@ -17,14 +17,7 @@ use sievedb::filter::ribbon64::{
 use sievedb::filter::{self, undecodable_filters, Filter, FORMAT_RIBBON64};
 
 /// Every named path of `Ribbon64Layout::on_path`.
-const PATHS: [&str; 6] = [
-    "avx512",
-    "avx512-general",
-    "avx2",
-    "avx2-general",
-    "popcnt",
-    "portable",
-];
+const PATHS: [&str; 6] = Ribbon64Layout::PATHS;
 
 /// A crafted filter and what it was made of.
 struct Crafted {

@@ -352,17 +352,10 @@ fn assert_paths_agree(bytes: &[u8], keys: &[u64], absent: &[u64]) {
     let table = Ribbon64Table::parse(bytes).unwrap();
     let layout = Ribbon64Layout::parse(bytes).unwrap();
     let decoded = filter::Filter::decode(bytes);
-    let paths: Vec<Ribbon64Layout> = [
-        "avx512",
-        "avx512-general",
-        "avx2",
-        "avx2-general",
-        "popcnt",
-        "portable",
-    ]
-    .iter()
-    .filter_map(|&p| layout.clone().on_path(p))
-    .collect();
+    let paths: Vec<Ribbon64Layout> = Ribbon64Layout::PATHS
+        .iter()
+        .filter_map(|&p| layout.clone().on_path(p))
+        .collect();
     for &h in keys.iter().chain(absent) {
         let want = table.may_contain_reference(bytes, h);
         assert_eq!(decoded.may_contain(h), want);

@@ -34,15 +34,8 @@ use sievedb::filter::{
     FORMAT_RIBBON64,
 };
 
-/// Every path name `Ribbon64Layout::on_path` knows.
-const PATHS: [&str; 6] = [
-    "avx512",
-    "avx512-general",
-    "avx2",
-    "avx2-general",
-    "popcnt",
-    "portable",
-];
+/// Every named path of `Ribbon64Layout::on_path`.
+const PATHS: [&str; 6] = Ribbon64Layout::PATHS;
 
 /// Standard deviations a measured false-positive rate may differ from the
 /// expected one (a two-sided binomial bound; about 1 in 1.7 million runs

@@ -447,8 +447,20 @@ impl Ribbon64Layout {
         self.path == Path64::Avx2Narrow
     }
 
+    /// Every name [`on_path`](Self::on_path) knows, fastest first; for
+    /// benchmarks and tests.
+    #[doc(hidden)]
+    pub const PATHS: [&'static str; 6] = [
+        "avx512",
+        "avx512-general",
+        "avx2",
+        "avx2-general",
+        "popcnt",
+        "portable",
+    ];
+
     /// This layout with [`may_contain`](Self::may_contain) forced onto the
-    /// named path: `"avx512"` (narrow where the columns allow),
+    /// named path (one of [`PATHS`](Self::PATHS)): `"avx512"` (narrow where the columns allow),
     /// `"avx512-general"` (chunks of 8 columns, any count), `"avx2"`
     /// (narrow where the columns allow), `"avx2-general"` (chunks of 4
     /// columns), `"popcnt"` or
@@ -594,14 +606,7 @@ mod tests {
         assert_eq!(past.num_slots, NARROW_MAX_SLOTS + 1_000);
         assert_eq!(past.unchecked_len, usize::MAX);
         assert!(!past.path.is_narrow());
-        for name in [
-            "avx512",
-            "avx512-general",
-            "avx2",
-            "avx2-general",
-            "popcnt",
-            "portable",
-        ] {
+        for name in Ribbon64Layout::PATHS {
             let Some(on) = past.clone().on_path(name) else {
                 continue;
             };
