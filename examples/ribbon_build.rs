@@ -3,7 +3,9 @@
 //! false-positive rate (Ribbon at 10 Bloom-equivalent bits per key),
 //! measured side by side: each round builds all three (format 0x06 twice:
 //! also with the baseline copy of its banding loop, which CPUs without
-//! BMI1 and BMI2 run, `BuildKnobs::band_baseline`), and the medians,
+//! BMI1 and BMI2 run, `BuildKnobs::band_baseline`; and a third time with
+//! its rows prepared one key at a time, as CPUs without AVX-512 F and DQ
+//! do, `BuildKnobs::rows_scalar`), and the medians,
 //! their ratios to Bloom, the median and quartiles of the per-round ratios
 //! (each Ribbon build against the Bloom build of its own round: steadier
 //! than a ratio of medians on a machine whose speed drifts) and the bits
@@ -93,7 +95,14 @@ fn main() {
         band_baseline: true,
         ..rows64
     };
-    let (mut r128, mut r64, mut r64_base, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Format 0x06 with its rows prepared one key at a time, as CPUs
+    // without AVX-512 F and DQ do (`BuildKnobs::rows_scalar`).
+    let rows64_scalar = BuildKnobs {
+        rows_scalar: true,
+        ..rows64
+    };
+    let (mut r128, mut r64, mut r64_base, mut r64_scalar, mut b) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut sizes = [0usize; 3];
     // Seeds and shards of one (untimed) format 0x06 build. Knobs that leave
     // a shard without a seed that solves (a tiny overhead, tiny shards)
@@ -128,6 +137,8 @@ fn main() {
         sizes[1] = len;
         let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_baseline).0);
         r64_base.push(ns);
+        let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_scalar).0);
+        r64_scalar.push(ns);
         let (ns, len) = time(&|| bloom.build(black_box(&hashes)));
         b.push(ns);
         sizes[2] = len;
@@ -151,6 +162,8 @@ fn main() {
     let (ratio128, ratio64) = (per_round(&r128), per_round(&r64));
     let copy_ratio = per_round_to(&r64, &r64_base);
     let r64_base = quantile(&r64_base, 0.5);
+    let rows_ratio = per_round_to(&r64, &r64_scalar);
+    let r64_scalar = quantile(&r64_scalar, 0.5);
     let median = |v: Vec<f64>| quantile(&v, 0.5);
     let (r128, r64, b) = (median(r128), median(r64), median(b));
     let bpk = |len: usize| len as f64 * 8.0 / keys as f64;
@@ -176,6 +189,9 @@ fn main() {
     );
     println!(
         "  ribbon 0x06, baseline band copy {r64_base:.1} ns/key (the default copy's time / this one's, per round: {copy_ratio})"
+    );
+    println!(
+        "  ribbon 0x06, rows one key at a time {r64_scalar:.1} ns/key (the default build's time / this one's, per round: {rows_ratio})"
     );
     println!(
         "  bloom       {b:.1} ns/key ({:.3} bits/key)",

@@ -229,19 +229,20 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     assert_eq!(first.last(), Some(&FORMAT_RIBBON64));
     for lanes_64 in 1..=4 {
         for solve_path in [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable] {
-            for band_baseline in [false, true] {
+            for (band_baseline, rows_scalar) in [(false, false), (true, false), (false, true)] {
                 let (bytes, _) = build(
                     &keys,
                     BuildKnobs {
                         lanes_64,
                         solve_path,
                         band_baseline,
+                        rows_scalar,
                         ..rows64()
                     },
                 );
                 assert!(
                     bytes == first,
-                    "{lanes_64} lanes, {solve_path:?}, baseline band {band_baseline}"
+                    "{lanes_64} lanes, {solve_path:?}, baseline band {band_baseline}, scalar rows {rows_scalar}"
                 );
             }
         }
@@ -256,16 +257,17 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     let (first, outcome) = build(&keys, tight);
     assert!(outcome.failed_seeds > 0);
     for lanes_64 in 1..=4 {
-        for band_baseline in [false, true] {
+        for (band_baseline, rows_scalar) in [(false, false), (true, false), (false, true)] {
             let knobs = BuildKnobs {
                 lanes_64,
                 band_baseline,
+                rows_scalar,
                 ..tight
             };
             let (bytes, _) = build(&keys, knobs);
             assert!(
                 bytes == first,
-                "{lanes_64} lanes, tight, baseline band {band_baseline}"
+                "{lanes_64} lanes, tight, baseline band {band_baseline}, scalar rows {rows_scalar}"
             );
         }
     }

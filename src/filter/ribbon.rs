@@ -413,6 +413,11 @@ pub struct BuildKnobs {
     /// otherwise gets the copy compiled with them (default `false`; both
     /// write the same bytes; for tests and benchmarks that compare them).
     pub band_baseline: bool,
+    /// Prepare format 0x06's rows one key at a time even on a CPU with
+    /// AVX-512 F and DQ, which otherwise prepares eight at a time (default
+    /// `false`; both write the same bytes; for tests and benchmarks that
+    /// compare them).
+    pub rows_scalar: bool,
 }
 
 /// Which Ribbon format a build writes.
@@ -453,6 +458,7 @@ impl Default for BuildKnobs {
             shard_keys_64: super::ribbon64::SHARD_KEYS_64,
             lanes_64: super::ribbon64::LANES_64,
             band_baseline: false,
+            rows_scalar: false,
         }
     }
 }

@@ -111,6 +111,8 @@ mod band;
 mod build;
 mod layout;
 mod query;
+#[cfg(target_arch = "x86_64")]
+mod rows_avx512;
 
 pub use band::elimination_steps;
 pub(crate) use build::build;

@@ -56,11 +56,18 @@ const SORT_ABOVE_SLOTS: usize = 1_536;
 
 /// A prepared key's row, as the lanes take it up: its coefficients, the
 /// address of its start slot in the band's cells and its result bits.
+///
+/// The address is an integer (the cells' provenance is exposed in
+/// [`Band::prepare`], and a lane turns it back into a pointer with
+/// [`std::ptr::with_exposed_provenance_mut`]), so that the AVX-512 row
+/// preparation ([`super::rows_avx512`]) may compute it in vector lanes.
+/// `repr(C)`: that code writes the three fields as consecutive words.
 #[derive(Debug, Clone, Copy)]
-struct Prepared {
-    coeff: u64,
-    slot: *mut u64,
-    result: u64,
+#[repr(C)]
+pub(super) struct Prepared {
+    pub(super) coeff: u64,
+    pub(super) slot: usize,
+    pub(super) result: u64,
 }
 
 /// One shard's band under construction, and its keys' rows in start order.
@@ -115,6 +122,18 @@ impl Band {
     /// which band in different interleavings; a check of 126 builds gave
     /// the same bytes with and without the sort).
     pub(crate) fn prepare(&mut self, key_hashes: &[u64], slots: usize, mask: u64) {
+        self.prepare_with(RowCode::detect(), key_hashes, slots, mask);
+    }
+
+    /// [`prepare`](Self::prepare) with the rows computed by `code` (which
+    /// the CPU must run: [`RowCode::detect`] or [`RowCode::Scalar`]).
+    pub(crate) fn prepare_with(
+        &mut self,
+        code: RowCode,
+        key_hashes: &[u64],
+        slots: usize,
+        mask: u64,
+    ) {
         // The steps rely on it (no bounds checks): one check per band.
         assert!(
             (W..=MAX_SHARD_SLOTS).contains(&slots),
@@ -125,23 +144,42 @@ impl Band {
         // Coefficients and results of every slot and the sink: zero.
         self.cells.clear();
         self.cells.resize(2 * self.stride, 0);
-        let cells = self.cells.as_mut_ptr();
+        // The lanes turn the rows' slot addresses back into pointers into
+        // the cells (`Prepared`).
+        let cells = self.cells.as_mut_ptr().expose_provenance();
         let row_of = |g: u64| Prepared {
             coeff: coeff_of(g),
             // A start is at most `slots - 64`: a cell of the band.
-            slot: cells.wrapping_add(start_of(g, slots as u64) as usize),
+            slot: cells + 8 * start_of(g, slots as u64) as usize,
             result: g as u32 as u64,
         };
         let sink = Prepared {
             coeff: 1,
             // `slots < stride`: the sink cell, inside `cells`.
-            slot: cells.wrapping_add(slots),
+            slot: cells + 8 * slots,
             result: 0,
         };
         self.rows.clear();
         if slots <= SORT_ABOVE_SLOTS {
-            self.rows
-                .extend(key_hashes.iter().map(|&h| row_of(super::rehash(h, mask))));
+            self.rows.reserve(key_hashes.len() + 1);
+            let mut done = 0;
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = code;
+            #[cfg(target_arch = "x86_64")]
+            if code == RowCode::Avx512 && super::rows_avx512::available() {
+                // SAFETY: `available` just confirmed the CPU features
+                // `extend` enables; `slots` is in `64..=65535` (asserted
+                // above) and `cells` is the address of the band's
+                // `2 * stride > slots` cells.
+                done = unsafe {
+                    super::rows_avx512::extend(&mut self.rows, key_hashes, mask, slots, cells)
+                };
+            }
+            self.rows.extend(
+                key_hashes[done..]
+                    .iter()
+                    .map(|&h| row_of(super::rehash(h, mask))),
+            );
             self.rows.push(sink);
             return;
         }
@@ -189,7 +227,7 @@ impl Band {
     fn row(&self, index: usize) -> Row {
         let p = self.rows[index];
         Row {
-            start: (p.slot as usize - self.cells.as_ptr() as usize) / 8,
+            start: (p.slot - self.cells.as_ptr() as usize) / 8,
             coeff: p.coeff,
             result: p.result as u32,
         }
@@ -232,6 +270,29 @@ impl Band {
             let row = self.row(i);
             self.add(row)
         })
+    }
+}
+
+/// Which code computes a band's prepared rows ([`Band::prepare_with`]):
+/// the same rows either way (a test compares them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowCode {
+    /// One key at a time, any CPU.
+    Scalar,
+    /// Eight keys at a time with AVX-512 F and DQ ([`super::rows_avx512`]),
+    /// the rest one at a time. Used only when the CPU has them.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl RowCode {
+    /// The code this CPU runs best.
+    pub(crate) fn detect() -> RowCode {
+        #[cfg(target_arch = "x86_64")]
+        if super::rows_avx512::available() {
+            return RowCode::Avx512;
+        }
+        RowCode::Scalar
     }
 }
 
@@ -462,7 +523,11 @@ impl<'a> Lane<'a> {
         // In bounds either way: a prepared row's start slot or the sink;
         // the new pivot is a set bit of the row, inside the band (the
         // invariant above), or `slot` itself when `tz == 0`.
-        self.slot = select_unpredictable(empty, next.slot, slot.wrapping_add(tz as usize));
+        self.slot = select_unpredictable(
+            empty,
+            std::ptr::with_exposed_provenance_mut(next.slot),
+            slot.wrapping_add(tz as usize),
+        );
         self.result = select_unpredictable(empty, next.result, result);
         self.next = select_unpredictable(empty, self.next.wrapping_add(1), self.next);
         // Taking up the sentinel means the last key was just stored.
@@ -712,6 +777,73 @@ mod tests {
                 .collect();
             let got: Vec<Row> = (0..band.keys()).map(|i| band.row(i)).collect();
             assert_eq!(got, expected, "{slots} slots");
+        }
+    }
+
+    /// Every row code this CPU runs.
+    fn row_codes() -> Vec<RowCode> {
+        let mut codes = vec![RowCode::Scalar];
+        if RowCode::detect() != RowCode::Scalar {
+            codes.push(RowCode::detect());
+        }
+        codes
+    }
+
+    #[test]
+    fn every_row_code_prepares_the_spec_rows() {
+        // Every tail length of the eight-key chunks, hashes at the ends of
+        // the range (the multiplies' carries), and slot counts at the
+        // ends of the unsorted bands.
+        let mut extreme = vec![0, u64::MAX, 1 << 63, (1 << 63) - 1, u32::MAX as u64];
+        extreme.extend(hashes(60, 77));
+        for code in row_codes() {
+            for slots in [64, 65, 1_000, SORT_ABOVE_SLOTS] {
+                for count in (0..=17).chain([63, 64, 65]) {
+                    let keys = &extreme[..count];
+                    for seed in [0, 200] {
+                        let mut band = Band::default();
+                        band.prepare_with(code, keys, slots, seed_mask(seed));
+                        let expected: Vec<Row> = keys
+                            .iter()
+                            .map(|&h| row(h, seed_mask(seed), slots as u64))
+                            .collect();
+                        let got: Vec<Row> = (0..band.keys()).map(|i| band.row(i)).collect();
+                        assert_eq!(got, expected, "{code:?}, {slots} slots, {count} keys");
+                        // The sentinel after the rows: the sink.
+                        let sentinel = band.rows[count];
+                        assert_eq!(sentinel.slot, band.cells.as_ptr() as usize + 8 * slots);
+                        assert_eq!((sentinel.coeff, sentinel.result), (1, 0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The vector rows for slot counts the unsorted bands never have (the
+    /// function claims `64..=65535`).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_rows_match_the_spec_for_any_band_size() {
+        if !super::super::rows_avx512::available() {
+            return;
+        }
+        let keys = hashes(4_000, 3);
+        for slots in [64, 4_097, 65_535] {
+            let mut rows = Vec::new();
+            let cells = 0x1000_0000usize;
+            // SAFETY: `available()` confirmed the CPU features.
+            let done = unsafe {
+                super::super::rows_avx512::extend(&mut rows, &keys, seed_mask(1), slots, cells)
+            };
+            assert_eq!(done, keys.len());
+            for (h, got) in keys.iter().zip(&rows) {
+                let want = row(*h, seed_mask(1), slots as u64);
+                assert_eq!(
+                    (got.coeff, got.slot, got.result),
+                    (want.coeff, cells + 8 * want.start, want.result as u64),
+                    "{slots} slots"
+                );
+            }
         }
     }
 

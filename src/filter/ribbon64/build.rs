@@ -4,7 +4,7 @@
 //! table and trailer of the module doc.
 
 use super::backsub;
-use super::band::{run_jobs, Band, BandCode, Bands, Job, LaneRow, MAX_LANES};
+use super::band::{run_jobs, Band, BandCode, Bands, Job, LaneRow, RowCode, MAX_LANES};
 use super::{
     region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
     MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
@@ -177,6 +177,11 @@ pub(crate) fn build(
     } else {
         BandCode::detect()
     };
+    let rows = if knobs.rows_scalar {
+        RowCode::Scalar
+    } else {
+        RowCode::detect()
+    };
     let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
     // One stride for every band, so any of them can be banded together.
     let stride = shards
@@ -225,7 +230,7 @@ pub(crate) fn build(
             let band = (0..MAX_LANES)
                 .find(|&b| jobs.iter().all(|job| job.band != b))
                 .expect("a free band");
-            bands[band].prepare(keys, shards[shard].num_slots as usize, seed_mask(0));
+            bands[band].prepare_with(rows, keys, shards[shard].num_slots as usize, seed_mask(0));
             jobs.push(Job {
                 shard,
                 band,
@@ -248,7 +253,8 @@ pub(crate) fn build(
         job.seed += 1;
         if job.seed < max_seeds {
             let band = &mut bands[job.band];
-            band.prepare(
+            band.prepare_with(
+                rows,
                 sharded.keys(job.shard),
                 shards[job.shard].num_slots as usize,
                 seed_mask(job.seed as u8),
