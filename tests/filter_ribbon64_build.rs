@@ -8,8 +8,12 @@ mod common;
 use common::filters::{assert_fp_rate_near, hashes};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS};
-use sievedb::filter::ribbon64::{Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64};
+use sievedb::filter::ribbon::{
+    BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS, MIN_SLOTS,
+};
+use sievedb::filter::ribbon64::{
+    overhead64_for_keys, Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64,
+};
 use sievedb::filter::{
     self, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON, FORMAT_RIBBON64,
 };
@@ -54,7 +58,11 @@ fn no_false_negatives_at_every_size() {
     for n in [0u64, 1, 2, 100, 1_000, 1_100, 10_000, 1_000_000] {
         let keys = hashes(n, n);
         let (bytes, outcome) = build(&keys, rows64());
-        let expect_ribbon = n >= 1_100;
+        // Ribbon from `MIN_SLOTS` slots on (1,000 keys: Bloom; 1,100 and
+        // more: Ribbon).
+        let slots = n as f64 * (1.0 + overhead64_for_keys(n as usize));
+        let expect_ribbon = slots >= MIN_SLOTS as f64;
+        assert_eq!(expect_ribbon, n >= 1_100, "{n}: {slots} slots");
         assert_eq!(
             !outcome.fell_back_to_bloom, expect_ribbon,
             "{n}: {outcome:?}"
