@@ -67,10 +67,11 @@ pub struct Options {
     /// 1 byte.
     pub max_key_bytes: usize,
     /// Largest accepted value, in bytes. Default 64 MiB. A write batch is
-    /// one log record of at most 1 GiB, so `max_key_bytes + max_value_bytes
-    /// + 21` (a batch's header and one put's lengths) must not pass 2^30; a
+    /// one log record of at most 1 GiB, so
+    /// `max_key_bytes + max_value_bytes + 21` (a batch's header and one
+    /// put's lengths) must not pass 2^30; a
     /// batch of several operations whose encoding passes 1 GiB is refused
-    /// with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// with [`Error::InvalidArgument`].
     pub max_value_bytes: usize,
     /// Number of levels, level 0 included. Default 7.
     pub num_levels: usize,

@@ -1,6 +1,6 @@
 //! The build of format 0x06: keys partitioned into shards, each shard
 //! banded (several at once, [`band`](super::band)) and back-substituted
-//! straight into its region ([`backsub`](super::backsub)), then the shard
+//! straight into its region ([`backsub`]), then the shard
 //! table and trailer of the module doc.
 
 use super::backsub;
@@ -94,7 +94,7 @@ pub fn overhead64_for_keys(num_keys: usize) -> f64 {
 /// `lanes_64`, `solve_path`).
 ///
 /// `None` when the filter would be tiny (fewer than
-/// [`MIN_SLOTS`](crate::filter::ribbon::MIN_SLOTS) slots), too large for
+/// [`MIN_SLOTS`] slots), too large for
 /// the format, or a shard failed every seed it may try: the caller then
 /// builds the blocked Bloom fallback. The outcome counts shards and failed
 /// seeds either way (`fell_back_to_bloom` is left to the caller).

@@ -14,11 +14,13 @@
 //! * coefficients `lo ^ hi | 1` of `g * COEFF_MULT`: the low word by
 //!   `vpmullq`; the high word from the four 32 x 32-bit partial products
 //!   (`vpmuludq`), `hi = gh*ch + (gl*ch >> 32) + (gh*cl >> 32) + carry`,
-//!   where the carry is the top of `(gl*cl >> 32) + lo32(gl*ch) +
-//!   lo32(gh*cl)` (a sum below `3 * 2^32`, so no lane overflows);
-//! * start: `fastrange64(g, n)` for `n < 2^16` is `(gh*n + (gl*n >> 32))
-//!   >> 32` (exact: `gh*n < 2^48`), then `min(max(u - SMASH, 0), n - 64)`
-//!   with signed 64-bit min and max (every value is below `2^16`);
+//!   where the carry is the top of
+//!   `(gl*cl >> 32) + lo32(gl*ch) + lo32(gh*cl)` (a sum below `3 * 2^32`,
+//!   so no lane overflows);
+//! * start: `fastrange64(g, n)` for `n < 2^16` is
+//!   `(gh*n + (gl*n >> 32)) >> 32` (exact: `gh*n < 2^48`), then
+//!   `min(max(u - SMASH, 0), n - 64)` with signed 64-bit min and max
+//!   (every value is below `2^16`);
 //! * the three words of eight rows interleaved by six two-source permutes
 //!   and stored as three 64-byte vectors.
 //!
