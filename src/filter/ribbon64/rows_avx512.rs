@@ -5,8 +5,8 @@
 //! address of the start slot, result bits. One key at a time that is a
 //! 64-bit multiply (the rehash), a 64 x 64 -> 128-bit multiply (the
 //! coefficients), another (the start's `fastrange`) and two clamps, about
-//! 25 instructions with two `mul`s that each occupy the one port that
-//! writes `rdx:rax`; it took about a tenth of a 1,000,000-key build
+//! 25 instructions, two of them 128-bit `mul`s (each writing `rdx:rax`);
+//! it took about a tenth of a 1,000,000-key build
 //! (`perf record` of the build, docs/filters.md). Here eight keys share
 //! each instruction:
 //!
