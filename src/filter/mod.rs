@@ -337,7 +337,7 @@ pub const BATCH_PREFETCH_DISTANCE: usize = 16;
 /// A software prefetch of the cache line holding `*value`, into all cache
 /// levels (`_MM_HINT_T0`); nothing on targets other than x86_64.
 #[inline(always)]
-fn prefetch_read<T>(value: &T) {
+pub(crate) fn prefetch_read<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
