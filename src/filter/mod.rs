@@ -791,9 +791,67 @@ pub(crate) fn fastrange64(hash: u64, n: u64) -> u64 {
     ((hash as u128 * n as u128) >> 64) as u64
 }
 
+/// [`fastrange64`] for a range below 2^32, by two 64-bit multiplies of
+/// 32-bit halves instead of one 64x64->128 multiply: exactly
+/// `fastrange64(hash, n)`. With `hash = hi x 2^32 + lo`,
+/// `hash x n = (hi x n) x 2^32 + lo x n`, so the top 64 bits of the
+/// 128-bit product are `(hi x n + (lo x n >> 32)) >> 32`; both products
+/// and their sum stay below 2^64 when `n < 2^32`.
+///
+/// Why: on AMD Zen 3 a counting loop whose counter address comes from the
+/// 128-bit `mul` ran at 4.2 ns per key, against 1.3-1.9 ns with this form
+/// (1,000,000 keys into 977 counters; docs/filters.md, "Twenty-first
+/// session").
+#[inline]
+pub(crate) fn fastrange64_narrow(hash: u64, n: u32) -> u32 {
+    let n = u64::from(n);
+    let high = (hash >> 32) * n;
+    let low = (hash & 0xffff_ffff) * n;
+    ((high + (low >> 32)) >> 32) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fastrange64_narrow_is_fastrange64() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut hashes = vec![
+            0,
+            1,
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 63,
+            (1 << 32) - 1,
+            1 << 32,
+        ];
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            hashes.push(x);
+        }
+        for n in [
+            1u32,
+            2,
+            3,
+            977,
+            1024,
+            65_535,
+            1 << 31,
+            u32::MAX - 1,
+            u32::MAX,
+        ] {
+            for &h in &hashes {
+                assert_eq!(
+                    u64::from(fastrange64_narrow(h, n)),
+                    fastrange64(h, u64::from(n)),
+                    "hash {h:#x}, n {n}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn decoded_filter_bytes_start_on_a_cache_line() {
