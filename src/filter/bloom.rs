@@ -235,11 +235,18 @@ impl<const N: usize> ShapeLanes<N> {
 }
 
 /// Lanes 0..8 of every shape, for the 8-lane vector queries.
+///
+/// A constant reference, not a `static`: a `static` of this crate is an
+/// exported symbol (generic code instantiated in a user's crate may name
+/// it), so the query reached it through the global offset table, one load
+/// more before the shape's; the constant's table is private to each crate
+/// that uses it, and its address is one `lea`.
 #[cfg(target_arch = "x86_64")]
-static SHAPES_8: ShapeLanes<8> = ShapeLanes::first_lanes();
-/// Lanes 0..16 of every shape, for the AVX-512 query of 9 to 16 probes.
+const SHAPES_8: &ShapeLanes<8> = &ShapeLanes::first_lanes();
+/// Lanes 0..16 of every shape, for the AVX-512 query of 9 to 16 probes
+/// (a constant reference for the reason given at [`SHAPES_8`]).
 #[cfg(target_arch = "x86_64")]
-static SHAPES_16: ShapeLanes<16> = ShapeLanes::first_lanes();
+const SHAPES_16: &ShapeLanes<16> = &ShapeLanes::first_lanes();
 
 /// The byte offset of a key's shape in [`SHAPES_8`] (32-byte entries):
 /// `t x 32` with `t = (h >> 5) & 127`, which is `h & 0xfe0`.
