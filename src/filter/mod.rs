@@ -799,7 +799,7 @@ pub(crate) fn fastrange64(hash: u64, n: u64) -> u64 {
 /// and their sum stay below 2^64 when `n < 2^32`.
 ///
 /// Why: on AMD Zen 3 a counting loop whose counter address comes from the
-/// 128-bit `mul` ran at 4.2 ns per key, against 1.3-1.9 ns with this form
+/// 128-bit `mul` ran at 4.2 ns per key, against 1.2-1.9 ns with this form
 /// (1,000,000 keys into 977 counters; docs/filters.md, "Twenty-first
 /// session").
 #[inline]
