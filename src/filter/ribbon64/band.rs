@@ -76,18 +76,22 @@ pub(super) struct Prepared {
 /// bits at `cells[stride + j]`: a fixed distance, so that a step reaches
 /// both from one address. `cells[slots]` and `cells[stride + slots]` are
 /// the sink a step stores to when its slot was taken (never read as a
-/// slot). Bands banded together in one `band_lanes_*` call have the same
-/// `stride`.
+/// slot; the lanes of one `band_lanes_*` call share the first lane's), and
+/// `cells[slots + 1]` and `cells[stride + slots + 1]` the zero cell the
+/// sentinel rows point at (never written). Bands banded together in one
+/// `band_lanes_*` call have the same `stride`.
 #[derive(Default)]
 pub(crate) struct Band {
     cells: Vec<u64>,
     /// Slots of the prepared shard.
     slots: usize,
     /// Distance from a slot's coefficients to its result bits, in cells:
-    /// more than `slots`.
+    /// at least `slots + 2` (the slots, the sink and the zero cell).
     stride: usize,
-    /// Prepared rows in (roughly) increasing start, then one sentinel whose
-    /// slot is the sink (taken up after the last key, never banded).
+    /// Prepared rows in (roughly) increasing start, then two sentinels
+    /// (coefficients 0 at the zero cell): a lane takes up the first after
+    /// the last key and stops at its next step, whose XOR gives 0 (the
+    /// second is what that lane's next-row pointer then points at).
     rows: Vec<Prepared>,
     bucket_next: Vec<u32>,
 }
@@ -106,7 +110,7 @@ impl Band {
     }
 
     /// Clears the band to `slots` slots (`64..=65535`) and prepares the
-    /// keys' rows for seed mask `mask`. Raises the stride to `slots + 1` if
+    /// keys' rows for seed mask `mask`. Raises the stride to `slots + 2` if
     /// it is smaller.
     ///
     /// Bands of more than [`SORT_ABOVE_SLOTS`] slots get their rows in
@@ -145,8 +149,9 @@ impl Band {
             "band of {slots} slots"
         );
         self.slots = slots;
-        self.stride = self.stride.max(slots + 1);
-        // Coefficients and results of every slot and the sink: zero.
+        self.stride = self.stride.max(slots + 2);
+        // Coefficients and results of every slot, the sink and the zero
+        // cell: zero.
         self.cells.clear();
         self.cells.resize(2 * self.stride, 0);
         // The lanes turn the rows' slot addresses back into pointers into
@@ -158,15 +163,15 @@ impl Band {
             slot: cells + 8 * start_of(g, slots as u64) as usize,
             result: g as u32 as u64,
         };
-        let sink = Prepared {
-            coeff: 1,
-            // `slots < stride`: the sink cell, inside `cells`.
-            slot: cells + 8 * slots,
+        let sentinel = Prepared {
+            coeff: 0,
+            // `slots + 1 < stride`: the zero cell, inside `cells`.
+            slot: cells + 8 * (slots + 1),
             result: 0,
         };
         self.rows.clear();
         if slots <= SORT_ABOVE_SLOTS {
-            self.rows.reserve(key_hashes.len() + 1);
+            self.rows.reserve(key_hashes.len() + 2);
             let mut done = 0;
             #[cfg(not(target_arch = "x86_64"))]
             let _ = code;
@@ -175,7 +180,7 @@ impl Band {
                 // SAFETY: `available` just confirmed the CPU features
                 // `extend` enables; `slots` is in `64..=65535` (asserted
                 // above) and `cells` is the address of the band's
-                // `2 * stride > slots` cells.
+                // `2 * stride > slots + 1` cells.
                 done = unsafe {
                     super::rows_avx512::extend(&mut self.rows, key_hashes, mask, slots, cells)
                 };
@@ -185,7 +190,7 @@ impl Band {
                     .iter()
                     .map(|&h| row_of(super::rehash(h, mask))),
             );
-            self.rows.push(sink);
+            self.rows.extend([sentinel; 2]);
             return;
         }
         let buckets = (slots / SLOTS_PER_BUCKET).next_power_of_two().max(1);
@@ -203,7 +208,7 @@ impl Band {
             *next = sum;
             sum += count;
         }
-        self.rows.resize(key_hashes.len() + 1, sink);
+        self.rows.resize(key_hashes.len() + 2, sentinel);
         for &h in key_hashes {
             let g = super::rehash(h, mask);
             let next = &mut self.bucket_next[bucket_of(g)];
@@ -214,7 +219,7 @@ impl Band {
 
     /// Keys of the prepared band.
     pub(crate) fn keys(&self) -> usize {
-        self.rows.len().saturating_sub(1)
+        self.rows.len().saturating_sub(2)
     }
 
     /// The banded coefficients, one word per slot (0: empty).
@@ -412,34 +417,24 @@ impl LaneRow {
     }
 }
 
-/// Why a lane's step stopped the loop (rare: the lanes are then saved to
-/// their `LaneRow`s and [`run_jobs`] decides).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    /// The last key's row was stored.
-    Done,
-    /// The row's coefficients XORed to zero; its result is in the saved
-    /// `LaneRow` (zero: a redundant row; otherwise no solution).
-    Reduced,
-}
-
 /// One shard being banded by a `band_lanes_*` function, its hot state
 /// (coefficients, slot pointer, result, next prepared row) in locals the
-/// compiler keeps in registers.
+/// compiler keeps in registers. Four registers a lane: the step's only
+/// branch is on a row reduced to zero, which is also how a lane that has
+/// taken up the sentinel after its last key stops, and the lanes share one
+/// sink (`band_lanes_*`). With a pointer to the rows' end and a sink of
+/// its own, a lane kept six, three lanes did not fit in the registers, and
+/// every step also compared its next-row pointer with the end (measured in
+/// docs/filters.md, "Twenty-second session").
 struct Lane<'a> {
     coeff: u64,
     /// The slot of the row in progress: a pointer into the band's cells,
     /// so the dependent chain of steps needs no index arithmetic.
     slot: *mut u64,
     result: u64,
-    /// The prepared row of the key after the current one (the sentinel
-    /// after the last key).
+    /// The prepared row of the key after the current one (a sentinel after
+    /// the last key).
     next: *const Prepared,
-    /// One past the sentinel: `next` reaches it when the lane takes up the
-    /// sentinel, i.e. when the last key has been stored.
-    end: *const Prepared,
-    /// Where a step whose slot was taken stores (`cells[slots]`).
-    sink: *mut u64,
     cells: *mut u64,
     rows: *const Prepared,
     band: PhantomData<&'a mut Band>,
@@ -450,7 +445,8 @@ impl<'a> Lane<'a> {
         let slots = band.slots;
         assert!(
             at.index < band.keys()
-                && slots < band.stride
+                && band.rows.len() == band.keys() + 2
+                && slots + 2 <= band.stride
                 && band.cells.len() == 2 * band.stride
                 && at.row.start + W <= slots + (at.row.coeff.leading_zeros() as usize)
                 && at.row.coeff & 1 == 1
@@ -464,8 +460,6 @@ impl<'a> Lane<'a> {
             slot: cells.wrapping_add(at.row.start),
             result: at.row.result as u64,
             next: rows.wrapping_add(at.index + 1),
-            end: rows.wrapping_add(band.rows.len()),
-            sink: cells.wrapping_add(slots),
             cells,
             rows,
             band: PhantomData,
@@ -484,49 +478,57 @@ impl<'a> Lane<'a> {
     }
 
     /// One elimination step, without a branch on the data (module doc);
-    /// `Some` when the lane must stop or be looked at (rare).
-    /// `stride_bytes` is the band's stride in bytes. Unchecked accesses,
-    /// as in format 0x05's band, where they measured 1.1x faster builds
-    /// than indexing.
+    /// true when the lane must stop and be looked at (rare: its row reduced
+    /// to zero, or the sentinel after its last key). `stride_bytes` is the
+    /// band's stride in bytes, `sink` the shared sink (a band's `cells[slots]`
+    /// of the same stride). Unchecked accesses, as in format 0x05's band,
+    /// where they measured 1.1x faster builds than indexing.
     #[inline(always)]
-    fn step(&mut self, stride_bytes: usize) -> Option<Stop> {
-        // Invariants while the lane runs: bit 0 of `coeff` is set, `slot`
-        // is `&cells[at]` with `at < slots`, and the highest set bit of
-        // `coeff` stands for a slot below `slots` (a row's bits stay in its
-        // 64-slot window from `start <= slots - 64`; XOR with a stored row
-        // pivoted inside that window and a right shift keep them there).
-        // `next` points at a prepared row (possibly the sentinel): `next <
-        // end`. The cells from `cells` are `2 * stride` words and
-        // `stride_bytes = 8 * stride`.
+    fn step(&mut self, stride_bytes: usize, sink: *mut u64) -> bool {
+        // Invariants while the lane runs: `slot` is `&cells[at]`, and
+        // either bit 0 of `coeff` is set, `at < slots` and the highest set
+        // bit of `coeff` stands for a slot below `slots` (a row's bits stay
+        // in its 64-slot window from `start <= slots - 64`; XOR with a
+        // stored row pivoted inside that window and a right shift keep them
+        // there), or the lane holds the first sentinel: `coeff` 0 and `at =
+        // slots + 1`, the zero cell. `next` points at a prepared row or a
+        // sentinel; it is the second sentinel only while the lane holds the
+        // first. The cells from `cells` are `2 * stride` words, `stride >=
+        // slots + 2`, and `stride_bytes = 8 * stride`.
         let slot = self.slot;
-        // SAFETY: `at < slots < stride`: cell `at` and cell `stride + at`
-        // are inside the band's cells.
+        // SAFETY: `at <= slots + 1 < stride`: cell `at` and cell `stride +
+        // at` are inside the band's cells.
         let (existing, stored_result) = unsafe { (*slot, *slot.byte_add(stride_bytes)) };
         let coeff = self.coeff ^ existing;
         let result = self.result ^ stored_result;
         if coeff == 0 {
-            // Reduced to zero (rare): `run_jobs` decides.
+            // Reduced to zero, or the sentinel (whose zero cell holds 0):
+            // `run_jobs` decides.
             self.result = result;
-            return Some(Stop::Reduced);
+            return true;
         }
-        // An empty slot holds 0 and result 0, so `coeff` and `result` are
-        // then the lane's row, which goes there; a taken slot keeps its row
-        // and the sink gets the write.
+        // Not the sentinel, so bit 0 of the lane's row is set and `at <
+        // slots`. An empty slot holds 0 and result 0, so `coeff` and
+        // `result` are then the lane's row, which goes there; a taken slot
+        // keeps its row and the sink gets the write.
         let empty = existing == 0;
-        let target = select_unpredictable(empty, slot, self.sink);
-        // SAFETY: `target` is cell `at` or the sink cell `slots`, both below
-        // `stride`, so it and the cell `stride` further are in the cells.
+        let target = select_unpredictable(empty, slot, sink);
+        // SAFETY: `target` is cell `at < slots` or the sink, a cell
+        // `slots' < stride` of a band of the same stride (caller), so it
+        // and the cell `stride` further are in that band's cells.
         unsafe {
             *target = coeff;
             *target.byte_add(stride_bytes) = result;
         }
         // 0 when the slot was empty (bit 0 of the lane's row is set).
         let tz = coeff.trailing_zeros();
-        // SAFETY: `next < end` (invariant): a prepared row or the sentinel.
+        // SAFETY: `next` points at a prepared row or the first sentinel
+        // (the lane does not hold a sentinel: the invariant above), inside
+        // the rows.
         let next = unsafe { *self.next };
         self.coeff = select_unpredictable(empty, next.coeff, coeff >> tz);
-        // In bounds either way: a prepared row's start slot or the sink;
-        // the new pivot is a set bit of the row, inside the band (the
+        // In bounds either way: a prepared row's start slot or the zero
+        // cell; the new pivot is a set bit of the row, inside the band (the
         // invariant above), or `slot` itself when `tz == 0`.
         self.slot = select_unpredictable(
             empty,
@@ -535,8 +537,7 @@ impl<'a> Lane<'a> {
         );
         self.result = select_unpredictable(empty, next.result, result);
         self.next = select_unpredictable(empty, self.next.wrapping_add(1), self.next);
-        // Taking up the sentinel means the last key was just stored.
-        (self.next == self.end).then_some(Stop::Done)
+        false
     }
 }
 
@@ -597,13 +598,18 @@ macro_rules! band_lanes {
             code: BandCode,
             bands: [&mut Band; $n],
             rows: &mut [LaneRow; $n],
-        ) -> (usize, Stop) {
+        ) -> usize {
             /// The loop, inlined into each copy.
             #[inline(always)]
             #[allow(unused_assignments)]
-            fn body(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> (usize, Stop) {
+            fn body(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> usize {
                 let stride = bands[0].stride;
                 assert!(bands.iter().all(|band| band.stride == stride));
+                // Every lane stores to the first band's sink: a cell of
+                // no slot, `stride` cells from its result cell like any.
+                // (`Vec::as_mut_ptr` leaves the lanes' pointers, taken
+                // after it, valid.)
+                let sink = bands[0].cells.as_mut_ptr().wrapping_add(bands[0].slots);
                 let stride_bytes = stride * size_of::<u64>();
                 let [$($lane),+] = bands;
                 let mut i = 0;
@@ -611,11 +617,11 @@ macro_rules! band_lanes {
                     let mut $lane = Lane::new($lane, rows[i]);
                     i += 1;
                 )+
-                let (stopped, stop) = 'steps: loop {
+                let stopped = 'steps: loop {
                     let mut i = 0;
                     $(
-                        if let Some(stop) = $lane.step(stride_bytes) {
-                            break 'steps (i, stop);
+                        if $lane.step(stride_bytes, sink) {
+                            break 'steps i;
                         }
                         i += 1;
                     )+
@@ -625,12 +631,12 @@ macro_rules! band_lanes {
                     rows[i] = $lane.state();
                     i += 1;
                 )+
-                (stopped, stop)
+                stopped
             }
             /// The loop compiled with BMI1 and BMI2.
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "bmi1,bmi2")]
-            fn with_bmi2(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> (usize, Stop) {
+            fn with_bmi2(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> usize {
                 body(bands, rows)
             }
             match code {
@@ -662,10 +668,10 @@ band_lanes!(
 );
 band_lanes!(
     /// Bands four shards at once from where they stand (`rows[i]` is the
-    /// row in progress in `bands[i]`, updated on return for the lanes that
-    /// did not stop) until one of them stops; returns that one's position
-    /// and whether its system was solvable. Each pass of the loop does one
-    /// elimination step of each lane.
+    /// row in progress in `bands[i]`, updated on return) until one of them
+    /// stops (its row reduced to zero, or the sentinel after its last key:
+    /// [`run_jobs`] tells them apart); returns that one's position. Each
+    /// pass of the loop does one elimination step of each lane.
     band_lanes_4,
     4,
     a,
@@ -689,13 +695,14 @@ pub(crate) struct Job {
 
 /// Bands the shards of `jobs` (each in its own band, `jobs.len()` from 1
 /// to [`MAX_LANES`]) until one stops; returns its position in `jobs` and
-/// whether its system was solvable. The others' `at` is updated.
+/// whether its system was solvable. The others' `at` is updated (one may
+/// then already be done: the next call returns it at once).
 pub(crate) fn run_jobs(
     code: BandCode,
     bands: &mut [Band; MAX_LANES],
     jobs: &mut [Job],
 ) -> (usize, bool) {
-    type Lanes<const N: usize> = fn(BandCode, [&mut Band; N], &mut [LaneRow; N]) -> (usize, Stop);
+    type Lanes<const N: usize> = fn(BandCode, [&mut Band; N], &mut [LaneRow; N]) -> usize;
     fn lanes<const N: usize>(
         code: BandCode,
         bands: &mut [Band; MAX_LANES],
@@ -706,22 +713,30 @@ pub(crate) fn run_jobs(
         let mut bands = bands.get_disjoint_mut(ids).expect("one band per job");
         let mut rows: [LaneRow; N] = std::array::from_fn(|i| jobs[i].at);
         let stopped = loop {
-            let (i, stop) = band_lanes(code, bands.each_mut().map(|band| &mut **band), &mut rows);
-            match stop {
-                Stop::Done => break (i, true),
-                Stop::Reduced if rows[i].row.result != 0 => break (i, false),
-                Stop::Reduced => {
-                    // A redundant row (a duplicate key): on to the next key.
-                    let next = rows[i].index + 1;
-                    if next == bands[i].keys() {
-                        break (i, true);
-                    }
-                    rows[i] = LaneRow {
-                        row: bands[i].row(next),
-                        index: next,
-                    };
-                }
+            // A lane at index `keys` has stored every row: it holds the
+            // sentinel after its last key (it stopped there, or took it up
+            // in the pass another lane stopped in, or in an earlier call),
+            // or its last row was redundant (below). `Lane::new` never
+            // takes such a lane up.
+            if let Some(done) = (0..N).find(|&j| rows[j].index == bands[j].keys()) {
+                break (done, true);
             }
+            let i = band_lanes(code, bands.each_mut().map(|band| &mut **band), &mut rows);
+            if rows[i].index == bands[i].keys() {
+                // The sentinel: done, above.
+                continue;
+            }
+            if rows[i].row.result != 0 {
+                // Reduced to zero with a nonzero result: no solution.
+                break (i, false);
+            }
+            // A redundant row (a duplicate key): on to the next key (the
+            // first sentinel's row after the last key: done, above).
+            let next = rows[i].index + 1;
+            rows[i] = LaneRow {
+                row: bands[i].row(next),
+                index: next,
+            };
         };
         for (job, row) in jobs.iter_mut().zip(rows) {
             job.at = row;
@@ -814,10 +829,16 @@ mod tests {
                             .collect();
                         let got: Vec<Row> = (0..band.keys()).map(|i| band.row(i)).collect();
                         assert_eq!(got, expected, "{code:?}, {slots} slots, {count} keys");
-                        // The sentinel after the rows: the sink.
-                        let sentinel = band.rows[count];
-                        assert_eq!(sentinel.slot, band.cells.as_ptr() as usize + 8 * slots);
-                        assert_eq!((sentinel.coeff, sentinel.result), (1, 0));
+                        // The two sentinels after the rows: coefficients 0
+                        // at the zero cell, which holds 0.
+                        assert_eq!(band.rows.len(), count + 2);
+                        for sentinel in &band.rows[count..] {
+                            let zero_cell = band.cells.as_ptr() as usize + 8 * (slots + 1);
+                            assert_eq!(sentinel.slot, zero_cell);
+                            assert_eq!((sentinel.coeff, sentinel.result), (0, 0));
+                        }
+                        assert_eq!(band.cells[slots + 1], 0);
+                        assert_eq!(band.cells[band.stride + slots + 1], 0);
                     }
                 }
             }
@@ -940,7 +961,7 @@ mod tests {
         lanes: usize,
         code: BandCode,
     ) -> Vec<bool> {
-        let stride = shards.iter().map(|s| s.1).max().unwrap() + 1;
+        let stride = shards.iter().map(|s| s.1).max().unwrap() + 2;
         let mut bands: [Band; MAX_LANES] = std::array::from_fn(|_| Band::with_stride(stride));
         let mut jobs: Vec<Job> = Vec::new();
         let mut outcomes = vec![None; shards.len()];

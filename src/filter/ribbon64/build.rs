@@ -183,13 +183,14 @@ pub(crate) fn build(
         RowCode::detect()
     };
     let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
-    // One stride for every band, so any of them can be banded together.
+    // One stride for every band, so any of them can be banded together:
+    // room for the largest shard's slots, its sink and its zero cell.
     let stride = shards
         .iter()
         .map(|s| s.num_slots as usize)
         .max()
         .unwrap_or(0)
-        + 1;
+        + 2;
     let mut bands = Bands::take(stride);
     let mut failures = vec![0u32; num_shards];
     // The lowest shard that failed every seed (`num_shards`: none yet);
