@@ -30,6 +30,8 @@
 //! [`STAGED_FROM_BYTES`] take the staged scatter, smaller ones the plain
 //! one (docs/filters.md, "Fourteenth session").
 
+use std::cell::Cell;
+
 use super::{fastrange64, fastrange64_narrow};
 
 /// `u64`s in a 64-byte cache line.
@@ -39,6 +41,41 @@ const LINE_WORDS: usize = 8;
 /// non-temporal stores (module doc): between the measured break-even
 /// (2.4 MB) and the measured gain (8 MB).
 const STAGED_FROM_BYTES: usize = 4 << 20;
+
+/// Partition bytes a thread keeps for its next partition, at most: the
+/// hashes of 2,097,152 keys.
+///
+/// A fresh buffer is memory the kernel maps and zeroes page by page on the
+/// scatter's first store to it. A build right after another build gets
+/// the freed buffer back from the allocator anyway, but one after other
+/// allocations and frees (a table's other blocks, another policy's
+/// filter, compaction's buffers) often gets fresh pages: in
+/// `examples/filter_race`, where every round also builds three other
+/// filters, `perf` put 13% of the Ribbon build's samples in page faults,
+/// nearly all of them in the partition (docs/filters.md, "Twenty-second
+/// session"). So the buffer goes back to the thread when the build is
+/// done, as the bands do (`ribbon64::band::Bands`).
+const KEEP_PARTITION_BYTES: usize = 16 << 20;
+
+thread_local! {
+    /// The partition buffer a finished build on this thread left for the
+    /// next one (its elements are that partition's hashes).
+    static SPARE_PARTITION: Cell<Vec<u64>> = const { Cell::new(Vec::new()) };
+}
+
+/// A buffer of `len` hashes for a partition to overwrite: the thread's
+/// spare one when it has one (only elements past its old length are
+/// written here), else a new one.
+fn partition_buffer(len: usize) -> Vec<u64> {
+    // `try_with`: none while the thread's locals are being destroyed.
+    let mut buffer = SPARE_PARTITION.try_with(Cell::take).unwrap_or_default();
+    if buffer.len() >= len {
+        buffer.truncate(len);
+    } else {
+        buffer.resize(len, 0);
+    }
+    buffer
+}
 
 /// Key hashes partitioned by shard with a counting sort: shard
 /// `fastrange64(hash, num_shards)`, as queries find it, each shard's hashes
@@ -99,7 +136,8 @@ impl ShardedKeys {
         shard_of: impl Fn(u64) -> usize + Copy,
     ) -> ShardedKeys {
         let (mut next, ends) = Self::count(key_hashes, num_shards, shard_of);
-        let mut hashes = vec![0u64; key_hashes.len()];
+        // Every element is written below (each hash to its own position).
+        let mut hashes = partition_buffer(key_hashes.len());
         for &h in key_hashes {
             let at = &mut next[shard_of(h)];
             hashes[*at] = h;
@@ -115,7 +153,8 @@ impl ShardedKeys {
         shard_of: impl Fn(u64) -> usize + Copy,
     ) -> ShardedKeys {
         let (begins, ends) = Self::count(key_hashes, num_shards, shard_of);
-        let mut hashes = vec![0u64; key_hashes.len()];
+        // Every element is written below (each hash to its own position).
+        let mut hashes = partition_buffer(key_hashes.len());
         // Output positions `p` with `p % LINE_WORDS == lead` start a cache
         // line: the lines are those of the buffer's addresses, wherever the
         // allocator put it.
@@ -169,6 +208,25 @@ impl ShardedKeys {
     pub(crate) fn keys(&self, i: usize) -> &[u64] {
         let begin = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.hashes[begin..self.ends[i]]
+    }
+}
+
+impl Drop for ShardedKeys {
+    /// Leaves the buffer to the thread's next partition
+    /// ([`KEEP_PARTITION_BYTES`]), unless the thread's spare is larger.
+    fn drop(&mut self) {
+        let buffer = std::mem::take(&mut self.hashes);
+        if buffer.capacity() * size_of::<u64>() > KEEP_PARTITION_BYTES {
+            return;
+        }
+        let _ = SPARE_PARTITION.try_with(|spare| {
+            let old = spare.take();
+            spare.set(if old.capacity() > buffer.capacity() {
+                old
+            } else {
+                buffer
+            });
+        });
     }
 }
 
@@ -278,6 +336,39 @@ mod tests {
         ] {
             assert_partitions(&hashes(count, count ^ shards as u64), shards);
         }
+    }
+
+    #[test]
+    fn partitions_reuse_the_threads_buffer_whatever_it_held() {
+        // Larger, then smaller, then larger again: the spare buffer holds
+        // the previous partition's hashes, which must never show through.
+        let big = hashes(STAGED_FROM_BYTES as u64 / 8 + 100, 1);
+        let small = hashes(3_000, 2);
+        let mid = hashes(60_000, 3);
+        drop(ShardedKeys::new(&big, 600));
+        let spare = SPARE_PARTITION.with(|spare| {
+            let buffer = spare.take();
+            let capacity = buffer.capacity();
+            spare.set(buffer);
+            capacity
+        });
+        assert!(spare >= big.len(), "the buffer was left to the thread");
+        for (keys, shards) in [(&small, 5), (&mid, 61), (&big, 600), (&small, 3)] {
+            assert_partitions(keys, shards);
+        }
+        // A buffer over the limit is not kept.
+        let huge = KEEP_PARTITION_BYTES / 8 + 1;
+        drop(ShardedKeys {
+            hashes: vec![0; huge],
+            ends: Vec::new(),
+        });
+        let kept = SPARE_PARTITION.with(|spare| {
+            let buffer = spare.take();
+            let capacity = buffer.capacity();
+            spare.set(buffer);
+            capacity
+        });
+        assert!(kept < huge);
     }
 
     #[test]
