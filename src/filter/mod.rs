@@ -801,7 +801,8 @@ pub(crate) fn fastrange64(hash: u64, n: u64) -> u64 {
 /// Why: on AMD Zen 3 a counting loop whose counter address comes from the
 /// 128-bit `mul` ran at 4.2 ns per key, against 1.2-1.9 ns with this form
 /// (1,000,000 keys into 977 counters; docs/filters.md, "Twenty-first
-/// session").
+/// session"). On AMD Zen 5 the 128-bit product was the faster; the Ribbon
+/// partition chooses by CPU (`shards::ShardIndex`).
 #[inline]
 pub(crate) fn fastrange64_narrow(hash: u64, n: u32) -> u32 {
     let n = u64::from(n);

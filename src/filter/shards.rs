@@ -86,24 +86,67 @@ pub(crate) struct ShardedKeys {
     ends: Vec<usize>,
 }
 
+/// How the partition computes a hash's shard, `fastrange64(hash,
+/// num_shards)`: the same number either way, one is faster on some CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShardIndex {
+    /// One 64 x 64 -> 128-bit multiply ([`fastrange64`]).
+    Wide,
+    /// Two 64-bit multiplies of the hash's 32-bit halves
+    /// ([`fastrange64_narrow`]; shard counts below 2^32 only).
+    Narrow,
+}
+
+impl ShardIndex {
+    /// The faster form on this CPU, as measured on the machines this was
+    /// tuned on (a counting pass alone, 1,000,000 hashes into 977 shards;
+    /// docs/filters.md, "Twenty-first session" and "Twenty-second
+    /// session"): on AMD Zen 3 (AVX2, no AVX-512) the counting loop took
+    /// 4.2 ns per key with the 128-bit product feeding the counter's
+    /// address and 1.2-1.9 with the narrow form; on AMD Zen 5 (AVX-512)
+    /// the 128-bit product is the faster, 0.46-0.81 ms against 0.73-1.16
+    /// ms for the count, 3.0-4.5 against 3.7-5.4 ms for the whole
+    /// partition. One machine of each: CPUs with AVX-512 F and DQ (what
+    /// the Ribbon build's vector row code needs) take the wide form,
+    /// others the narrow one, and the partition is the same either way.
+    pub(crate) fn detect() -> ShardIndex {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+        {
+            return ShardIndex::Wide;
+        }
+        ShardIndex::Narrow
+    }
+}
+
 impl ShardedKeys {
     /// Partitions `key_hashes` into `num_shards` (at least 1) shards.
     pub(crate) fn new(key_hashes: &[u64], num_shards: usize) -> ShardedKeys {
+        Self::with_index(key_hashes, num_shards, ShardIndex::detect())
+    }
+
+    /// [`new`](Self::new) with the shard computed by `index` (the same
+    /// partition whatever it is).
+    pub(crate) fn with_index(
+        key_hashes: &[u64],
+        num_shards: usize,
+        index: ShardIndex,
+    ) -> ShardedKeys {
         let num_shards = num_shards.max(1);
         let staged = std::mem::size_of_val(key_hashes) >= STAGED_FROM_BYTES;
-        // Every realistic shard count is below 2^32 (a shard holds about a
-        // thousand keys), and there the two multiplies of
-        // `fastrange64_narrow` are faster than the 128-bit product.
-        match (u32::try_from(num_shards), staged) {
-            (Ok(n), true) => Self::staged(key_hashes, num_shards, |h| {
+        let wide = |h| fastrange64(h, num_shards as u64) as usize;
+        // The narrow form needs a shard count below 2^32: every realistic
+        // one (a shard holds about a thousand keys).
+        match (index, u32::try_from(num_shards), staged) {
+            (ShardIndex::Narrow, Ok(n), true) => Self::staged(key_hashes, num_shards, |h| {
                 fastrange64_narrow(h, n) as usize
             }),
-            (Ok(n), false) => Self::plain(key_hashes, num_shards, |h| {
+            (ShardIndex::Narrow, Ok(n), false) => Self::plain(key_hashes, num_shards, |h| {
                 fastrange64_narrow(h, n) as usize
             }),
-            (Err(_), _) => Self::plain(key_hashes, num_shards, |h| {
-                fastrange64(h, num_shards as u64) as usize
-            }),
+            (_, _, true) => Self::staged(key_hashes, num_shards, wide),
+            (_, _, false) => Self::plain(key_hashes, num_shards, wide),
         }
     }
 
@@ -301,6 +344,14 @@ mod tests {
             ("plain", ShardedKeys::plain(keys, shards, shard_of)),
             ("staged", ShardedKeys::staged(keys, shards, shard_of)),
             ("new", ShardedKeys::new(keys, shards)),
+            (
+                "wide",
+                ShardedKeys::with_index(keys, shards, ShardIndex::Wide),
+            ),
+            (
+                "narrow",
+                ShardedKeys::with_index(keys, shards, ShardIndex::Narrow),
+            ),
         ] {
             for (i, want) in want.iter().enumerate() {
                 assert_eq!(
