@@ -69,6 +69,10 @@ thread_local! {
 fn partition_buffer(len: usize) -> Vec<u64> {
     // `try_with`: none while the thread's locals are being destroyed.
     let mut buffer = SPARE_PARTITION.try_with(Cell::take).unwrap_or_default();
+    if buffer.capacity() < len {
+        // Too small: growing it would copy the old hashes first.
+        return vec![0; len];
+    }
     if buffer.len() >= len {
         buffer.truncate(len);
     } else {
@@ -420,6 +424,42 @@ mod tests {
             capacity
         });
         assert!(kept < huge);
+    }
+
+    #[test]
+    fn a_dirty_spare_buffer_never_shows_through_either_scatter() {
+        // The thread's spare filled with a value no partition holds, longer
+        // than the partition, a little longer, and shorter (then not used).
+        let poison = 0xdead_beef_dead_beef;
+        for (count, shards) in [
+            (1u64, 1usize),
+            (9, 1),
+            (17, 3),
+            (100, 7),
+            (1000, 333),
+            (5000, 2),
+            (70_000, 61),
+        ] {
+            let keys = hashes(count, count ^ shards as u64 ^ 77);
+            let want = reference(&keys, shards);
+            let shard_of = |h: u64| fastrange64(h, shards as u64) as usize;
+            for staged in [false, true] {
+                for len in [count as usize / 2, count as usize, count as usize + 13] {
+                    let mut spare = Vec::with_capacity(count as usize + 13);
+                    spare.resize(len, poison);
+                    SPARE_PARTITION.with(|cell| cell.set(spare));
+                    let sharded = if staged {
+                        ShardedKeys::staged(&keys, shards, shard_of)
+                    } else {
+                        ShardedKeys::plain(&keys, shards, shard_of)
+                    };
+                    assert!(!sharded.hashes.contains(&poison), "{count} keys");
+                    for (i, want) in want.iter().enumerate() {
+                        assert_eq!(sharded.keys(i), &want[..], "{count} keys, shard {i}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

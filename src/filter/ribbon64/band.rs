@@ -78,7 +78,8 @@ pub(super) struct Prepared {
 /// the sink a step stores to when its slot was taken (never read as a
 /// slot; the lanes of one `band_lanes_*` call share the first lane's), and
 /// `cells[slots + 1]` and `cells[stride + slots + 1]` the zero cell the
-/// sentinel rows point at (never written). Bands banded together in one
+/// sentinel rows point at (never written by the lanes, so it stays 0).
+/// Bands banded together in one
 /// `band_lanes_*` call have the same `stride`.
 #[derive(Default)]
 pub(crate) struct Band {
@@ -99,7 +100,7 @@ pub(crate) struct Band {
 impl Band {
     /// An empty band whose cells keep their results `stride` cells after
     /// their coefficients (bands with the same stride can be banded
-    /// together; a shard prepared in it must have fewer than `stride`
+    /// together; a shard prepared in it must have at most `stride - 2`
     /// slots).
     #[cfg(test)]
     pub(crate) fn with_stride(stride: usize) -> Band {
@@ -445,7 +446,10 @@ impl<'a> Lane<'a> {
         let slots = band.slots;
         assert!(
             at.index < band.keys()
-                && band.rows.len() == band.keys() + 2
+                && band
+                    .rows
+                    .get(band.keys())
+                    .is_some_and(|sentinel| sentinel.coeff == 0)
                 && slots + 2 <= band.stride
                 && band.cells.len() == 2 * band.stride
                 && at.row.start + W <= slots + (at.row.coeff.leading_zeros() as usize)
@@ -607,8 +611,8 @@ macro_rules! band_lanes {
                 assert!(bands.iter().all(|band| band.stride == stride));
                 // Every lane stores to the first band's sink: a cell of
                 // no slot, `stride` cells from its result cell like any.
-                // (`Vec::as_mut_ptr` leaves the lanes' pointers, taken
-                // after it, valid.)
+                // (`Vec::as_mut_ptr` does not invalidate earlier raw
+                // pointers, so the lanes' own calls leave `sink` valid.)
                 let sink = bands[0].cells.as_mut_ptr().wrapping_add(bands[0].slots);
                 let stride_bytes = stride * size_of::<u64>();
                 let [$($lane),+] = bands;
@@ -696,7 +700,7 @@ pub(crate) struct Job {
 /// Bands the shards of `jobs` (each in its own band, `jobs.len()` from 1
 /// to [`MAX_LANES`]) until one stops; returns its position in `jobs` and
 /// whether its system was solvable. The others' `at` is updated (one may
-/// then already be done: the next call returns it at once).
+/// then already be done: the next call returns it without banding).
 pub(crate) fn run_jobs(
     code: BandCode,
     bands: &mut [Band; MAX_LANES],
@@ -747,6 +751,10 @@ pub(crate) fn run_jobs(
         1 => {
             let job = &jobs[0];
             let band = &mut bands[job.band];
+            if job.at.index == band.keys() {
+                // Done in an earlier call (it holds its sentinel).
+                return (0, true);
+            }
             let solved = band.add(job.at.row) && band.add_from(job.at.index + 1);
             (0, solved)
         }
