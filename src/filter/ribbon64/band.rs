@@ -79,8 +79,8 @@ pub(super) struct Prepared {
 /// slot; the lanes of one `band_lanes_*` call share the first lane's), and
 /// `cells[slots + 1]` and `cells[stride + slots + 1]` the zero cell the
 /// sentinel rows point at (never written by the lanes, so it stays 0).
-/// Bands banded together in one
-/// `band_lanes_*` call have the same `stride`.
+/// Bands banded together in one `band_lanes_*` call have the same
+/// `stride`.
 #[derive(Default)]
 pub(crate) struct Band {
     cells: Vec<u64>,
