@@ -3,9 +3,10 @@
 //! false-positive rate (Ribbon at 10 Bloom-equivalent bits per key),
 //! measured side by side: each round builds all three (format 0x06 twice:
 //! also with the baseline copy of its banding loop, which CPUs without
-//! BMI1 and BMI2 run, `BuildKnobs::band_baseline`; and a third time with
-//! its rows prepared one key at a time, as CPUs without AVX-512 F and DQ
-//! do, `BuildKnobs::rows_scalar`), and the medians,
+//! BMI1 and BMI2 run, `BuildKnobs::band_baseline`; and twice more with its
+//! rows prepared one key at a time and eight at a time, the two
+//! `BuildKnobs::rows` choices `RowPrep::Detect` picks between by CPU), and
+//! the medians,
 //! their ratios to Bloom, the median and quartiles of the per-round ratios
 //! (each Ribbon build against the Bloom build of its own round: steadier
 //! than a ratio of medians on a machine whose speed drifts) and the bits
@@ -18,7 +19,7 @@
 
 use clap::builder::RangedU64ValueParser;
 use clap::Parser;
-use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, MIN_SLOTS};
+use sievedb::filter::ribbon::{BuildKnobs, RibbonFormat, RowPrep, MIN_SLOTS};
 use sievedb::filter::ribbon64::{LANES_64, SHARD_KEYS_64};
 use sievedb::filter::{key_hash, BloomPolicy, FilterPolicy, RibbonPolicy};
 use std::hint::black_box;
@@ -95,14 +96,25 @@ fn main() {
         band_baseline: true,
         ..rows64
     };
-    // Format 0x06 with its rows prepared one key at a time, as CPUs
-    // without AVX-512 F and DQ do (`BuildKnobs::rows_scalar`).
-    let rows64_scalar = BuildKnobs {
-        rows_scalar: true,
+    // Format 0x06 with its rows prepared one key at a time (CPUs without
+    // AVX-512 F and DQ, and Intel CPUs) and eight at a time (others with
+    // AVX-512 F and DQ; one at a time on a CPU without them).
+    let rows64_one = BuildKnobs {
+        rows: RowPrep::OneAtATime,
         ..rows64
     };
-    let (mut r128, mut r64, mut r64_base, mut r64_scalar, mut b) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let rows64_eight = BuildKnobs {
+        rows: RowPrep::EightAtATime,
+        ..rows64
+    };
+    let (mut r128, mut r64, mut r64_base, mut r64_one, mut r64_eight, mut b) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     let mut sizes = [0usize; 3];
     // Seeds and shards of one (untimed) format 0x06 build. Knobs that leave
     // a shard without a seed that solves (a tiny overhead, tiny shards)
@@ -137,8 +149,10 @@ fn main() {
         sizes[1] = len;
         let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_baseline).0);
         r64_base.push(ns);
-        let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_scalar).0);
-        r64_scalar.push(ns);
+        let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_one).0);
+        r64_one.push(ns);
+        let (ns, _) = time(&|| ribbon.build_with(black_box(&hashes), rows64_eight).0);
+        r64_eight.push(ns);
         let (ns, len) = time(&|| bloom.build(black_box(&hashes)));
         b.push(ns);
         sizes[2] = len;
@@ -162,8 +176,8 @@ fn main() {
     let (ratio128, ratio64) = (per_round(&r128), per_round(&r64));
     let copy_ratio = per_round_to(&r64, &r64_base);
     let r64_base = quantile(&r64_base, 0.5);
-    let rows_ratio = per_round_to(&r64, &r64_scalar);
-    let r64_scalar = quantile(&r64_scalar, 0.5);
+    let rows_ratio = per_round_to(&r64_eight, &r64_one);
+    let (r64_one, r64_eight) = (quantile(&r64_one, 0.5), quantile(&r64_eight, 0.5));
     let median = |v: Vec<f64>| quantile(&v, 0.5);
     let (r128, r64, b) = (median(r128), median(r64), median(b));
     let bpk = |len: usize| len as f64 * 8.0 / keys as f64;
@@ -191,7 +205,7 @@ fn main() {
         "  ribbon 0x06, baseline band copy {r64_base:.1} ns/key (the default copy's time / this one's, per round: {copy_ratio})"
     );
     println!(
-        "  ribbon 0x06, rows one key at a time {r64_scalar:.1} ns/key (the default build's time / this one's, per round: {rows_ratio})"
+        "  ribbon 0x06, rows eight keys at a time {r64_eight:.1} ns/key, one at a time {r64_one:.1} (eight / one per round: {rows_ratio})"
     );
     println!(
         "  bloom       {b:.1} ns/key ({:.3} bits/key)",

@@ -9,7 +9,7 @@ use common::filters::{assert_fp_rate_near, hashes};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{
-    BuildKnobs, BuildOutcome, RibbonFormat, SolvePath, MAX_SEEDS, MIN_SLOTS,
+    BuildKnobs, BuildOutcome, RibbonFormat, RowPrep, SolvePath, MAX_SEEDS, MIN_SLOTS,
 };
 use sievedb::filter::ribbon64::{
     overhead64_for_keys, Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64,
@@ -237,20 +237,25 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     assert_eq!(first.last(), Some(&FORMAT_RIBBON64));
     for lanes_64 in 1..=4 {
         for solve_path in [SolvePath::Fastest, SolvePath::Scalar, SolvePath::Portable] {
-            for (band_baseline, rows_scalar) in [(false, false), (true, false), (false, true)] {
+            for (band_baseline, rows) in [
+                (false, RowPrep::Detect),
+                (true, RowPrep::Detect),
+                (false, RowPrep::OneAtATime),
+                (false, RowPrep::EightAtATime),
+            ] {
                 let (bytes, _) = build(
                     &keys,
                     BuildKnobs {
                         lanes_64,
                         solve_path,
                         band_baseline,
-                        rows_scalar,
+                        rows,
                         ..rows64()
                     },
                 );
                 assert!(
                     bytes == first,
-                    "{lanes_64} lanes, {solve_path:?}, baseline band {band_baseline}, scalar rows {rows_scalar}"
+                    "{lanes_64} lanes, {solve_path:?}, baseline band {band_baseline}, rows {rows:?}"
                 );
             }
         }
@@ -265,17 +270,22 @@ fn bytes_are_deterministic_across_lanes_and_solvers() {
     let (first, outcome) = build(&keys, tight);
     assert!(outcome.failed_seeds > 0);
     for lanes_64 in 1..=4 {
-        for (band_baseline, rows_scalar) in [(false, false), (true, false), (false, true)] {
+        for (band_baseline, rows) in [
+            (false, RowPrep::Detect),
+            (true, RowPrep::Detect),
+            (false, RowPrep::OneAtATime),
+            (false, RowPrep::EightAtATime),
+        ] {
             let knobs = BuildKnobs {
                 lanes_64,
                 band_baseline,
-                rows_scalar,
+                rows,
                 ..tight
             };
             let (bytes, _) = build(&keys, knobs);
             assert!(
                 bytes == first,
-                "{lanes_64} lanes, tight, baseline band {band_baseline}, scalar rows {rows_scalar}"
+                "{lanes_64} lanes, tight, baseline band {band_baseline}, rows {rows:?}"
             );
         }
     }

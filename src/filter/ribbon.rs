@@ -413,11 +413,25 @@ pub struct BuildKnobs {
     /// otherwise gets the copy compiled with them (default `false`; both
     /// write the same bytes; for tests and benchmarks that compare them).
     pub band_baseline: bool,
-    /// Prepare format 0x06's rows one key at a time even on a CPU with
-    /// AVX-512 F and DQ, which otherwise prepares eight at a time (default
-    /// `false`; both write the same bytes; for tests and benchmarks that
+    /// How format 0x06's rows are prepared (default [`RowPrep::Detect`];
+    /// every choice writes the same bytes; for tests and benchmarks that
     /// compare them).
-    pub rows_scalar: bool,
+    pub rows: RowPrep,
+}
+
+/// How a format-0x06 build prepares its rows ([`BuildKnobs::rows`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowPrep {
+    /// What measured faster on this kind of CPU: eight keys at a time
+    /// with AVX-512 F and DQ, except on Intel CPUs, one at a time.
+    #[default]
+    Detect,
+    /// One key at a time, on any CPU.
+    OneAtATime,
+    /// Eight keys at a time if the CPU has AVX-512 F and DQ, else one at
+    /// a time.
+    EightAtATime,
 }
 
 /// Which Ribbon format a build writes.
@@ -458,7 +472,7 @@ impl Default for BuildKnobs {
             shard_keys_64: super::ribbon64::SHARD_KEYS_64,
             lanes_64: super::ribbon64::LANES_64,
             band_baseline: false,
-            rows_scalar: false,
+            rows: RowPrep::Detect,
         }
     }
 }

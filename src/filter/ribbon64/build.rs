@@ -9,7 +9,7 @@ use super::{
     region_blocks, seed_mask, Shard64, FORMAT_RIBBON64, MAX_COLUMNS, MAX_SHARD_SLOTS,
     MIN_SHARD_SLOTS, SHARD_ENTRY_BYTES, TRAILER_BYTES, WORD_BYTES,
 };
-use crate::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
+use crate::filter::ribbon::{BuildKnobs, BuildOutcome, RowPrep, MAX_SEEDS, MIN_SLOTS};
 use crate::filter::shards::ShardedKeys;
 
 /// Keys per shard format 0x06 aims at (shards hold
@@ -177,10 +177,10 @@ pub(crate) fn build(
     } else {
         BandCode::detect()
     };
-    let rows = if knobs.rows_scalar {
-        RowCode::Scalar
-    } else {
-        RowCode::detect()
+    let rows = match knobs.rows {
+        RowPrep::Detect => RowCode::detect(),
+        RowPrep::OneAtATime => RowCode::Scalar,
+        RowPrep::EightAtATime => RowCode::vector().unwrap_or(RowCode::Scalar),
     };
     let max_seeds = knobs.max_seeds.min(MAX_SEEDS);
     // One stride for every band, so any of them can be banded together:
