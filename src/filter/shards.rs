@@ -309,6 +309,11 @@ impl ShardedKeys {
         let len = num_shards
             .checked_mul(capacity)?
             .checked_add(LINE_WORDS - 1)?;
+        // Tiny shards (a few keys each, only from build knobs) would make
+        // the buckets many times the hashes: count instead.
+        if len > 2 * key_hashes.len() + MAX_BUCKET_SLACK {
+            return None;
+        }
         let mut hashes = partition_buffer(len);
         let misalignment = (hashes.as_ptr() as usize / 8) % LINE_WORDS;
         let lead = (LINE_WORDS - misalignment) % LINE_WORDS;
@@ -382,6 +387,11 @@ impl Drop for ShardedKeys {
         });
     }
 }
+
+/// Positions the buckets may have beyond twice the hashes: room for the
+/// buckets of small partitions (a shard of a few hundred keys gets a bucket
+/// about 1.5 times its mean), not for thousands of near-empty shards.
+const MAX_BUCKET_SLACK: usize = 1 << 14;
 
 /// Hashes a shard's bucket holds in [`ShardedKeys::bucketed`], a
 /// multiple of [`LINE_WORDS`]: the mean number per shard plus eight
@@ -477,10 +487,11 @@ mod tests {
                 ShardedKeys::with_index(keys, shards, ShardIndex::Narrow),
             ),
         ];
-        // The buckets, where no shard overflows its bucket.
-        let fits = want
-            .iter()
-            .all(|shard| shard.len() <= bucket_capacity(keys.len(), shards).expect("a capacity"));
+        // The buckets, where no shard overflows its bucket and the buckets
+        // are not too many.
+        let capacity = bucket_capacity(keys.len(), shards).expect("a capacity");
+        let fits = want.iter().all(|shard| shard.len() <= capacity)
+            && shards * capacity + LINE_WORDS - 1 <= 2 * keys.len() + MAX_BUCKET_SLACK;
         for (path, staged) in [("bucketed", false), ("bucketed staged", true)] {
             let bucketed = ShardedKeys::bucketed(keys, shards, shard_of, staged);
             assert_eq!(bucketed.is_some(), fits, "{path}: {} keys", keys.len());
