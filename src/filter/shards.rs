@@ -96,9 +96,9 @@ fn partition_buffer(len: usize) -> Vec<u64> {
     buffer
 }
 
-/// Key hashes partitioned by shard with a counting sort: shard
-/// `fastrange64(hash, num_shards)`, as queries find it, each shard's hashes
-/// in their input order.
+/// Key hashes partitioned by shard (into buckets, or by a counting sort:
+/// module doc): shard `fastrange64(hash, num_shards)`, as queries find it,
+/// each shard's hashes in their input order.
 pub(crate) struct ShardedKeys {
     hashes: Vec<u64>,
     /// `begins[i]`: the index of shard `i`'s first hash in `hashes`.
