@@ -39,7 +39,8 @@ use crate::fs::FileSystem;
 use crate::iter::InternalIterator;
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
 use crate::manifest::{
-    manifest_file_name, Manifest, ManifestState, TableRecord, VersionEdit, CURRENT_TEMP_FILE_NAME,
+    manifest_file_name, Manifest, ManifestState, TableRecord, VersionEdit, CURRENT_FILE_NAME,
+    CURRENT_TEMP_FILE_NAME,
 };
 use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
@@ -329,6 +330,25 @@ impl Db {
         mstate.levels.resize(opts.num_levels, Vec::new());
 
         let names = fs.list_dir(&dir).map_err(io_err(&dir))?;
+        // No `CURRENT` means a new database, unless the directory already
+        // holds tables: only a flush or compaction writes one, and they run
+        // after an open that wrote `CURRENT` (which is replaced by an atomic
+        // rename, never removed). Opening such a directory as new would
+        // delete every table as unreferenced, so a lost `CURRENT` is
+        // reported instead.
+        if old_manifest.is_none() {
+            if let Some(table) = names.iter().find(|n| parse_numbered(n, ".sst").is_some()) {
+                return Err(Error::corruption(
+                    dir.join(CURRENT_FILE_NAME),
+                    None,
+                    format!(
+                        "missing, but the directory holds tables ({table}): not opened as a \
+                         new database; restore CURRENT (one line naming the newest MANIFEST-* \
+                         file)"
+                    ),
+                ));
+            }
+        }
         // New files take numbers from past every number in use: the
         // manifest's next number, every file of ours in the directory, and
         // every table and log the manifest names (a manifest naming a live
