@@ -599,28 +599,28 @@ impl Db {
             opts,
         });
 
-        let mut threads = Vec::new();
         let flusher = Arc::clone(&inner);
-        threads.push(
-            std::thread::Builder::new()
-                .name("sievedb-flush".into())
-                .spawn(move || flusher.flush_loop())
-                .map_err(|e| Error::io(&inner.dir, e))?,
-        );
-        if inner.opts.background_compaction {
-            let compactor = Arc::clone(&inner);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("sievedb-compact".into())
-                    .spawn(move || compactor.compaction_loop())
-                    .map_err(|e| Error::io(&inner.dir, e))?,
-            );
-        }
-        Ok(Db {
+        let flush_thread = std::thread::Builder::new()
+            .name("sievedb-flush".into())
+            .spawn(move || flusher.flush_loop())
+            .map_err(|e| Error::io(&inner.dir, e))?;
+        let db = Db {
             inner,
-            threads: Mutex::new(threads),
+            threads: Mutex::new(vec![flush_thread]),
             closed: AtomicBool::new(false),
-        })
+        };
+        if db.inner.opts.background_compaction {
+            let compactor = Arc::clone(&db.inner);
+            // On failure `db` is dropped: its shutdown stops and joins the
+            // flush thread, whose handle on the database would otherwise
+            // keep the directory locked for the rest of the process.
+            let compact_thread = std::thread::Builder::new()
+                .name("sievedb-compact".into())
+                .spawn(move || compactor.compaction_loop())
+                .map_err(|e| Error::io(&db.inner.dir, e))?;
+            db.threads.lock().push(compact_thread);
+        }
+        Ok(db)
     }
 
     /// Sets `key` to `value`.
