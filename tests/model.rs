@@ -5,7 +5,7 @@
 //! LZ4, block cache), every answer compared with a `BTreeMap` of what it
 //! should be. Scans are opened, then read only after more writes, flushes
 //! and compactions; a snapshot is held through a whole round of churn. Keys
-//! are 1-5 bytes over {00, 01, 61, fe, ff}, so neighbours such as `u`,
+//! are 1-5 bytes over {00, 01, 7f, fe, ff} (`Rng::edge_key`), so neighbours such as `u`,
 //! `u\0` and `u\xff` are common.
 //!
 //! `SIEVEDB_MODEL_SEEDS=n` runs `n` seeds (default 6; 80 took about a
@@ -14,10 +14,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::Arc;
 
-use common::Rng;
+use common::{model_range, Rng};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use sievedb::{Compression, Db, FilterBudget, Options, WriteBatch};
 
@@ -26,42 +25,7 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// A scan opened earlier, what it should yield, and where it was opened.
 type Pending = (sievedb::DbIterator, Entries, String);
-/// Key bytes: the extremes and their neighbours, and one ordinary byte.
-const ALPHA: [u8; 5] = [0x00, 0x01, 0x61, 0xfe, 0xff];
-
-/// A random key of 1-5 bytes over `ALPHA`.
-fn rkey(rng: &mut Rng) -> Vec<u8> {
-    let len = 1 + rng.below(5) as usize;
-    (0..len).map(|_| ALPHA[rng.below(5) as usize]).collect()
-}
-/// A random scan bound: none, included or excluded.
-fn rbound(rng: &mut Rng) -> Bound<Vec<u8>> {
-    match rng.below(3) {
-        0 => Bound::Unbounded,
-        1 => Bound::Included(rkey(rng)),
-        _ => Bound::Excluded(rkey(rng)),
-    }
-}
 /// Whether `k` lies between the bounds.
-fn in_range(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    (match lo {
-        Bound::Unbounded => true,
-        Bound::Included(l) => k >= &l[..],
-        Bound::Excluded(l) => k > &l[..],
-    }) && (match hi {
-        Bound::Unbounded => true,
-        Bound::Included(h) => k <= &h[..],
-        Bound::Excluded(h) => k < &h[..],
-    })
-}
-/// The model's entries between the bounds, in key order.
-fn want(model: &Model, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Entries {
-    model
-        .iter()
-        .filter(|(k, _)| in_range(k, lo, hi))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
 /// Reads `it` to its end from the front, the back or both at random,
 /// checking every entry against `want`.
 fn consume(mut it: sievedb::DbIterator, want: &[(Vec<u8>, Vec<u8>)], rng: &mut Rng, ctx: &str) {
@@ -149,19 +113,19 @@ fn reads_match_a_model_under_random_options() {
             for step in 0..1200 {
                 let r = rng.below(100);
                 if r < 55 {
-                    let k = rkey(&mut rng);
+                    let k = rng.edge_key(5);
                     let n = 1 + rng.below(20) as usize;
                     let v = rng.bytes(n);
                     db.put(&k, &v).unwrap();
                     model.insert(k, v);
                 } else if r < 75 {
-                    let k = rkey(&mut rng);
+                    let k = rng.edge_key(5);
                     db.delete(&k).unwrap();
                     model.remove(&k);
                 } else if r < 80 {
                     let mut b = WriteBatch::new();
                     for _ in 0..1 + rng.below(6) {
-                        let k = rkey(&mut rng);
+                        let k = rng.edge_key(5);
                         if rng.below(3) == 0 {
                             b.delete(&k);
                             model.remove(&k);
@@ -173,8 +137,8 @@ fn reads_match_a_model_under_random_options() {
                     }
                     db.write(&b).unwrap();
                 } else if r < 83 && pending.len() < 12 {
-                    let (lo, hi) = (rbound(&mut rng), rbound(&mut rng));
-                    let w = want(&model, &lo, &hi);
+                    let (lo, hi) = (rng.edge_bound(5), rng.edge_bound(5));
+                    let w = model_range(&model, &lo, &hi);
                     let it = db.scan((lo.clone(), hi.clone())).unwrap();
                     pending.push((
                         it,
@@ -182,7 +146,7 @@ fn reads_match_a_model_under_random_options() {
                         format!("seed {seed} round {round} step {step} scan {lo:?}..{hi:?}"),
                     ));
                 } else if r < 85 && pending.len() < 12 {
-                    let p = rkey(&mut rng);
+                    let p = rng.edge_key(5);
                     let w: Vec<_> = model
                         .iter()
                         .filter(|(k, _)| k.starts_with(&p))
@@ -196,7 +160,7 @@ fn reads_match_a_model_under_random_options() {
                     ));
                 } else if r < 95 {
                     let keys: Vec<Vec<u8>> =
-                        (0..1 + rng.below(5)).map(|_| rkey(&mut rng)).collect();
+                        (0..1 + rng.below(5)).map(|_| rng.edge_key(5)).collect();
                     let got = db.multi_get(&keys).unwrap();
                     for (k, g) in keys.iter().zip(got) {
                         assert_eq!(
@@ -225,15 +189,15 @@ fn reads_match_a_model_under_random_options() {
             }
             // Snapshot checks after lots of churn.
             for _ in 0..30 {
-                let (lo, hi) = (rbound(&mut rng), rbound(&mut rng));
-                let w = want(&snap_model, &lo, &hi);
+                let (lo, hi) = (rng.edge_bound(5), rng.edge_bound(5));
+                let w = model_range(&snap_model, &lo, &hi);
                 consume(
                     snap.scan((lo.clone(), hi.clone())).unwrap(),
                     &w,
                     &mut rng,
                     &format!("seed {seed} round {round} snap {lo:?}..{hi:?}"),
                 );
-                let p = rkey(&mut rng);
+                let p = rng.edge_key(5);
                 let n = 1 + rng.below(p.len() as u64) as usize;
                 let p = p[..n].to_vec();
                 let w: Vec<_> = snap_model
@@ -247,7 +211,7 @@ fn reads_match_a_model_under_random_options() {
                     &mut rng,
                     &format!("seed {seed} round {round} snap prefix {p:?}"),
                 );
-                let k = rkey(&mut rng);
+                let k = rng.edge_key(5);
                 assert_eq!(
                     snap.get(&k).unwrap().as_ref(),
                     snap_model.get(&k),
@@ -257,7 +221,7 @@ fn reads_match_a_model_under_random_options() {
             // Full-keyspace point reads.
             let mut all: Vec<Vec<u8>> = model.keys().cloned().collect();
             for _ in 0..50 {
-                all.push(rkey(&mut rng));
+                all.push(rng.edge_key(5));
             }
             let got = db.multi_get(&all).unwrap();
             for (k, g) in all.iter().zip(got) {

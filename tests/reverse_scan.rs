@@ -8,35 +8,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use common::{key, small_options, Rng};
+use common::{key, model_range, small_options, Rng};
 use sievedb::{Db, Error, Options};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn pairs(it: impl Iterator<Item = sievedb::Result<(Vec<u8>, Vec<u8>)>>) -> Vec<(Vec<u8>, Vec<u8>)> {
     it.map(|r| r.expect("scan item")).collect()
-}
-
-fn model_range(model: &Model, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    // Filtered rather than `BTreeMap::range`, which panics on an empty
-    // range written backward; a scan answers it with nothing.
-    model
-        .iter()
-        .filter(|(k, _)| {
-            let above = match lo {
-                Bound::Unbounded => true,
-                Bound::Included(l) => *k >= l,
-                Bound::Excluded(l) => *k > l,
-            };
-            let below = match hi {
-                Bound::Unbounded => true,
-                Bound::Included(h) => *k <= h,
-                Bound::Excluded(h) => *k < h,
-            };
-            above && below
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// A bound of each kind around a random key (sometimes one the database
@@ -346,21 +324,6 @@ fn reverse_scan_reports_a_damaged_block() {
     assert!(it.next().is_none(), "the scan ends after an error");
 }
 
-const ALPHA: [u8; 5] = [0x00, 0x01, 0x7f, 0xfe, 0xff];
-
-fn rkey(rng: &mut Rng) -> Vec<u8> {
-    let len = 1 + rng.below(4) as usize;
-    (0..len).map(|_| ALPHA[rng.below(5) as usize]).collect()
-}
-
-fn rbound(rng: &mut Rng) -> Bound<Vec<u8>> {
-    match rng.below(3) {
-        0 => Bound::Unbounded,
-        1 => Bound::Included(rkey(rng)),
-        _ => Bound::Excluded(rkey(rng)),
-    }
-}
-
 /// Keys of 1-4 bytes from {00, 01, 7f, fe, ff} (many `u`, `u ++ [0]`,
 /// `u ++ [ff]` neighbours), many versions, a snapshot per round, restart
 /// intervals 1-16, tiny blocks and prefix filters of 1-3 bytes: every range
@@ -392,7 +355,7 @@ fn byte_keys_versions_snapshots() {
         let mut rng = Rng(seed);
         for round in 0..10 {
             for _ in 0..1500 {
-                let k = rkey(&mut rng);
+                let k = rng.edge_key(4);
                 if rng.below(4) == 0 {
                     db.delete(&k).unwrap();
                     model.remove(&k);
@@ -407,7 +370,7 @@ fn byte_keys_versions_snapshots() {
             let snap_model = model.clone();
             // writes after the snapshot
             for _ in 0..400 {
-                let k = rkey(&mut rng);
+                let k = rng.edge_key(4);
                 if rng.below(3) == 0 {
                     db.delete(&k).unwrap();
                     model.remove(&k);
@@ -424,8 +387,8 @@ fn byte_keys_versions_snapshots() {
                 db.compact().unwrap();
             }
             for _ in 0..40 {
-                let lo = rbound(&mut rng);
-                let hi = rbound(&mut rng);
+                let lo = rng.edge_bound(4);
+                let hi = rng.edge_bound(4);
                 let ctx = format!("seed {seed} round {round} db {lo:?}..{hi:?}");
                 let want = model_range(&model, &lo, &hi);
                 check_scans(
@@ -450,7 +413,7 @@ fn byte_keys_versions_snapshots() {
                 );
             }
             for _ in 0..10 {
-                let p = rkey(&mut rng);
+                let p = rng.edge_key(4);
                 let n = 1 + rng.below(p.len() as u64) as usize;
                 let p = p[..n].to_vec();
                 let want: Vec<_> = model

@@ -55,7 +55,60 @@ impl Rng {
     pub fn bytes(&mut self, len: usize) -> Vec<u8> {
         (0..len).map(|_| self.next_u64() as u8).collect()
     }
+
+    /// A key of 1 to `max_len` bytes from [`EDGE_BYTES`]: random keys of
+    /// this kind have many neighbours such as `u`, `u ++ [0]` and
+    /// `u ++ [ff]`, where scans and seeks go wrong first.
+    pub fn edge_key(&mut self, max_len: u64) -> Vec<u8> {
+        let len = 1 + self.below(max_len) as usize;
+        (0..len)
+            .map(|_| EDGE_BYTES[self.below(EDGE_BYTES.len() as u64) as usize])
+            .collect()
+    }
+
+    /// A scan bound: none, or an [`edge_key`](Self::edge_key) included or
+    /// excluded.
+    pub fn edge_bound(&mut self, max_len: u64) -> std::ops::Bound<Vec<u8>> {
+        match self.below(3) {
+            0 => std::ops::Bound::Unbounded,
+            1 => std::ops::Bound::Included(self.edge_key(max_len)),
+            _ => std::ops::Bound::Excluded(self.edge_key(max_len)),
+        }
+    }
 }
+
+/// The entries of `model` between `lo` and `hi`, in key order: what a scan
+/// with those bounds should yield. Filtered rather than `BTreeMap::range`,
+/// which panics on an empty range written backward; a scan answers it with
+/// nothing.
+pub fn model_range(
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    lo: &std::ops::Bound<Vec<u8>>,
+    hi: &std::ops::Bound<Vec<u8>>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use std::ops::Bound;
+    model
+        .iter()
+        .filter(|(k, _)| {
+            let above = match lo {
+                Bound::Unbounded => true,
+                Bound::Included(l) => *k >= l,
+                Bound::Excluded(l) => *k > l,
+            };
+            let below = match hi {
+                Bound::Unbounded => true,
+                Bound::Included(h) => *k <= h,
+                Bound::Excluded(h) => *k < h,
+            };
+            above && below
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The bytes of [`Rng::edge_key`]: the extremes, their neighbours and one
+/// ordinary byte.
+pub const EDGE_BYTES: [u8; 5] = [0x00, 0x01, 0x7f, 0xfe, 0xff];
 
 /// The key used by tests for index `i`: fixed width so order is numeric.
 pub fn key(i: u64) -> Vec<u8> {
