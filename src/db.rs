@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
-use crate::batch::{SequenceChain, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
@@ -45,6 +45,7 @@ use crate::manifest::{
 use crate::memtable::{MemLookup, Memtable};
 use crate::merge::{DbIterator, LevelIterator, MergingIterator};
 use crate::options::Options;
+use crate::recovery::{replay_logs, set_aside_logs, RecoveryReport};
 use crate::sketch::{HeavyHitters, HyperLogLog};
 use crate::snapshot::Snapshot;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
@@ -52,7 +53,7 @@ use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
 use crate::version::{
     table_file_name, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
 };
-use crate::wal::{read_log, LogWriter, MAX_RECORD_PAYLOAD};
+use crate::wal::{LogWriter, MAX_RECORD_PAYLOAD};
 
 /// Most hot keys [`Db::hot_keys`] can report.
 pub const HOT_KEYS_TRACKED: usize = 64;
@@ -211,6 +212,8 @@ pub(crate) struct DbInner {
     /// The block cache every table is opened with (`None` when
     /// `Options::block_cache_bytes` is 0).
     pub(crate) block_cache: Option<Arc<BlockCache>>,
+    /// What the open's replay of the write-ahead logs found.
+    recovery: RecoveryReport,
     pub(crate) engine: EngineCounters,
     pub(crate) visible_seq: AtomicU64,
     /// The current super version: readers load it without locking.
@@ -451,37 +454,21 @@ impl Db {
         let mut version = Version::new(opts.num_levels).apply(&[], handles);
 
         // Replay the logs newer than the manifest into one memtable.
-        let mut last_seq = mstate.last_sequence;
         let replay = Arc::new(Memtable::new(0));
-        let mut chain = SequenceChain::starting_at(mstate.last_sequence + 1);
-        for &n in &logs {
-            let path = dir.join(log_file_name(n));
-            let contents = read_log(fs.as_ref(), &path)?;
-            let mut offset = 0u64;
-            for record in &contents.records {
-                let (first_seq, batch) = WriteBatch::decode(record, |why| {
-                    Error::corruption(&path, Some(offset), format!("bad batch record: {why}"))
-                })?;
-                offset += record.len() as u64 + 8;
-                let record_offset = offset - record.len() as u64 - 8;
-                // A gap means lost records: the last write of an earlier
-                // log and its seal look like a torn tail on their own. The
-                // chain starts after the manifest's last sequence (a first
-                // log that is missing, or one reusing numbers a flush
-                // already recorded, is a gap too), and refuses numbers no
-                // write was given (damage the checksum missed).
-                chain
-                    .take(first_seq, batch.len())
-                    .map_err(|why| Error::corruption(&path, Some(record_offset), why))?;
-                let last = first_seq + (batch.len() as u64).saturating_sub(1);
-                for (i, op) in batch.ops().iter().enumerate() {
-                    replay.insert(&op.key, first_seq + i as u64, op.kind, &op.value);
-                }
-                if !batch.is_empty() {
-                    last_seq = last_seq.max(last);
-                }
-            }
-        }
+        let replayed = replay_logs(
+            fs.as_ref(),
+            &logs,
+            |n| dir.join(log_file_name(n)),
+            mstate.last_sequence,
+            opts.wal_recovery,
+            &replay,
+        )?;
+        let last_seq = replayed.last_seq;
+        // Before the new manifest lets the logs go: a crash after it would
+        // have the next open delete them as obsolete.
+        set_aside_logs(fs.as_ref(), &dir, &replayed.set_aside, |n| {
+            dir.join(log_file_name(n))
+        })?;
         if !replay.is_empty() {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
             let written = filter_entries_of(&opts, &replay);
@@ -570,6 +557,7 @@ impl Db {
             counters,
             level_counters,
             block_cache,
+            recovery: replayed.report,
             engine: EngineCounters::default(),
             visible_seq: AtomicU64::new(last_seq),
             sv: ArcSwap::from_pointee(sv),
@@ -870,6 +858,14 @@ impl Db {
         for counters in &self.inner.level_counters {
             counters.reset();
         }
+    }
+
+    /// What [`open`](Self::open) found when it replayed the write-ahead
+    /// logs: how much it replayed, torn tails dropped, and, under
+    /// [`WalRecovery::PointInTime`](crate::WalRecovery::PointInTime), where
+    /// the replay stopped and which logs it set aside.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
     }
 
     /// The directory the database lives in: the path given to
@@ -1970,6 +1966,7 @@ impl DbInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::SequenceChain;
 
     /// Regression: `read_view` loaded the sequence, then the super version.
     /// A write of the same key published and flushed between the two

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::filter::budget::FilterBudget;
 use crate::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::fs::{FileSystem, RealFs};
+use crate::recovery::WalRecovery;
 use crate::sstable::Compression;
 use crate::wal::MAX_RECORD_PAYLOAD;
 
@@ -63,6 +64,15 @@ pub struct Options {
     /// (when the memtable fills, or at [`Db::flush`](crate::Db::flush)) and
     /// at [`Db::close`](crate::Db::close).
     pub sync_writes: bool,
+    /// What [`Db::open`](crate::Db::open) does with a write-ahead log that
+    /// is damaged other than at its torn tail. The default,
+    /// [`WalRecovery::Strict`], fails the open with
+    /// [`Error::Corruption`];
+    /// [`WalRecovery::PointInTime`] opens the database as it was just before
+    /// the damage and sets the rest of the logs aside. With `sync_writes`
+    /// false, a power cut can leave such damage (the filesystem may write
+    /// back a log's pages out of order).
+    pub wal_recovery: WalRecovery,
     /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
     /// 1 byte.
     pub max_key_bytes: usize,
@@ -195,6 +205,7 @@ impl std::fmt::Debug for Options {
             .field("block_bytes", &self.block_bytes)
             .field("restart_interval", &self.restart_interval)
             .field("sync_writes", &self.sync_writes)
+            .field("wal_recovery", &self.wal_recovery)
             .field("max_key_bytes", &self.max_key_bytes)
             .field("max_value_bytes", &self.max_value_bytes)
             .field("num_levels", &self.num_levels)
@@ -226,6 +237,7 @@ impl Default for Options {
             block_bytes: 4096,
             restart_interval: 16,
             sync_writes: false,
+            wal_recovery: WalRecovery::Strict,
             max_key_bytes: 64 << 10,
             max_value_bytes: 64 << 20,
             num_levels: 7,

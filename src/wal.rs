@@ -430,12 +430,39 @@ impl<'a> SubrangeCrc<'a> {
     }
 }
 
+/// A damaged record with intact records after it: what
+/// [`scan_log_prefix`] and [`read_log_prefix`] report instead of failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogDamage {
+    /// File offset of the damaged record's header: the end of the records
+    /// before it.
+    pub offset: u64,
+    /// What is wrong with the record there.
+    pub reason: String,
+}
+
 /// Splits the bytes of a log into records without copying payloads.
 ///
 /// `path` only names the file in errors. See the module docs for how a torn
 /// tail is told apart from corruption; corruption is [`Error::Corruption`]
 /// with the damaged record's offset.
 pub fn scan_log(data: &[u8], path: &Path) -> Result<LogScan> {
+    match scan_log_prefix(data) {
+        (scan, None) => Ok(scan),
+        (_, Some(damage)) => Err(Error::corruption(
+            path,
+            Some(damage.offset),
+            format!("{}, and a valid record follows it", damage.reason),
+        )),
+    }
+}
+
+/// Splits the bytes of a log into records up to the first damaged one,
+/// without copying payloads: the records before it, and the damage when
+/// intact records follow it (where [`scan_log`] fails). A torn tail is
+/// dropped as [`scan_log`] drops it, with no damage reported. The scan's
+/// `valid_len` is the damaged record's offset either way.
+pub fn scan_log_prefix(data: &[u8]) -> (LogScan, Option<LogDamage>) {
     let mut records = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -461,24 +488,23 @@ pub fn scan_log(data: &[u8], path: &Path) -> Result<LogScan> {
         // Scanning starts right after the damaged header rather than at its
         // declared end: the length itself may be what is damaged, and
         // trusting it could skip real records and drop them silently.
-        if any_valid_record_from(data, pos + 1) {
-            return Err(Error::corruption(
-                path,
-                Some(pos as u64),
-                format!("{reason}, and a valid record follows it"),
-            ));
-        }
-        return Ok(LogScan {
+        let damage = any_valid_record_from(data, pos + 1).then_some(LogDamage {
+            offset: pos as u64,
+            reason,
+        });
+        let scan = LogScan {
             records,
             valid_len: pos as u64,
-            torn_tail: true,
-        });
+            torn_tail: damage.is_none(),
+        };
+        return (scan, damage);
     }
-    Ok(LogScan {
+    let scan = LogScan {
         records,
         valid_len: pos as u64,
         torn_tail: false,
-    })
+    };
+    (scan, None)
 }
 
 /// Reads every complete record of the log at `path`.
@@ -491,9 +517,29 @@ pub fn scan_log(data: &[u8], path: &Path) -> Result<LogScan> {
 /// [`Error::Corruption`] naming the file and the damaged record's offset.
 /// Failing to read the file is [`Error::Io`].
 pub fn read_log(fs: &dyn FileSystem, path: &Path) -> Result<LogContents> {
+    match read_log_prefix(fs, path)? {
+        (contents, None) => Ok(contents),
+        (_, Some(damage)) => Err(Error::corruption(
+            path,
+            Some(damage.offset),
+            format!("{}, and a valid record follows it", damage.reason),
+        )),
+    }
+}
+
+/// Reads the complete records of the log at `path` up to the first damaged
+/// one: [`read_log`], except that a damaged record with intact records
+/// after it ends the records returned instead of failing, and is reported
+/// as the [`LogDamage`]. What the records after it hold is not returned:
+/// a reader that takes this prefix gives them up (point-in-time recovery).
+/// Failing to read the file is [`Error::Io`].
+pub fn read_log_prefix(
+    fs: &dyn FileSystem,
+    path: &Path,
+) -> Result<(LogContents, Option<LogDamage>)> {
     let data = fs.read(path).map_err(|e| Error::io(path, e))?;
-    let scan = scan_log(&data, path)?;
-    Ok(LogContents {
+    let (scan, damage) = scan_log_prefix(&data);
+    let contents = LogContents {
         records: scan
             .records
             .iter()
@@ -501,7 +547,8 @@ pub fn read_log(fs: &dyn FileSystem, path: &Path) -> Result<LogContents> {
             .collect(),
         valid_len: scan.valid_len,
         torn_tail: scan.torn_tail,
-    })
+    };
+    Ok((contents, damage))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use common::hooked_fs::{FsHooks, Hooked};
 use common::Rng;
 use reliab::{batch, check, churn_options, keys_of, value_of};
 use sievedb::fs::{FileSystem, RealFs};
-use sievedb::{Db, Error, Options};
+use sievedb::{Db, Error, Options, WalRecovery};
 
 fn scale() -> u64 {
     std::env::var("SIEVEDB_CORRUPTION_TRIALS")
@@ -280,6 +280,17 @@ fn damaged_log() {
         let first = offsets.iter().map(|&o| record_of(o)).min().unwrap_or(0);
         let what = format!("trial {trial}: log damaged at {offsets:?} (record {first})");
         let torn_tail_possible = truncated || first == N;
+        let work_pit = base.path().join("work-pit");
+        copy_dir(&work, &work_pit);
+        point_in_time_open(
+            &work_pit,
+            &victim,
+            &scan,
+            first,
+            N,
+            torn_tail_possible,
+            &what,
+        );
         match Db::open(&work, reopen_options()) {
             Err(e) => {
                 tally.open_failed += 1;
@@ -304,6 +315,52 @@ fn damaged_log() {
     }
     eprintln!("log: {tally:?}");
     assert!(tally.open_failed > 0);
+}
+
+/// The point-in-time open of a copy of `damaged_log`'s damaged database,
+/// whose first damaged record is `first` (of `n` batches and the seal):
+/// it always opens, with batches `1..=first` and no other; it stops (and
+/// sets the log aside) exactly where a strict open fails. A new write
+/// survives a strict reopen.
+fn point_in_time_open(
+    dir: &Path,
+    victim: &Path,
+    scan: &sievedb::wal::LogScan,
+    first: u64,
+    n: u64,
+    torn_tail_possible: bool,
+    what: &str,
+) {
+    let victim = dir.join(victim.file_name().expect("name"));
+    let damaged = std::fs::read(&victim).expect("victim");
+    let mut opts = reopen_options();
+    opts.wal_recovery = WalRecovery::PointInTime;
+    let db = Db::open(dir, opts).unwrap_or_else(|e| panic!("{what}: point-in-time open: {e}"));
+    let kept = first.min(n);
+    let rec = check(&db, kept, n).unwrap_or_else(|e| panic!("{what}: point in time: {e}"));
+    assert_eq!(rec.present.len() as u64, kept, "{what}: point in time");
+    let report = db.recovery_report().clone();
+    assert_eq!(report.batches_replayed, kept, "{what}: {report:?}");
+    match (&report.stopped, torn_tail_possible) {
+        (None, true) => {}
+        (Some(stop), false) => {
+            assert_eq!(stop.log, victim, "{what}");
+            assert_eq!(stop.offset, scan.records[first as usize].offset, "{what}");
+            let copy = &stop.set_aside[..];
+            assert_eq!(copy.len(), 1, "{what}");
+            assert_eq!(std::fs::read(&copy[0]).expect("copy"), damaged, "{what}");
+        }
+        (stopped, _) => panic!("{what}: torn tail {torn_tail_possible}, stop {stopped:?}"),
+    }
+    // The next batch after the kept ones (a new write of what a lost
+    // batch held, when one was lost).
+    db.write(&batch(kept + 1)).expect("write after recovery");
+    db.close().expect("close");
+    let db = Db::open(dir, reopen_options()).expect("strict reopen after recovery");
+    let attempted = n.max(kept + 1);
+    let rec =
+        check(&db, kept + 1, attempted).unwrap_or_else(|e| panic!("{what}: after reopen: {e}"));
+    assert_eq!(rec.present.len() as u64, kept + 1, "{what}: after reopen");
 }
 
 /// `Db::verify` on an open database: clean when nothing is damaged (with
