@@ -370,10 +370,13 @@ impl Db {
                 if n >= mstate.log_number {
                     logs.push(n);
                 }
-            } else if let Some(n) = parse_numbered(name, ".sst").or_else(|| {
-                name.strip_prefix("MANIFEST-")
-                    .and_then(|rest| parse_numbered(rest, ""))
-            }) {
+            } else if let Some(n) = parse_numbered(name, ".sst")
+                .or_else(|| parse_numbered(name, ".log.dropped"))
+                .or_else(|| {
+                    name.strip_prefix("MANIFEST-")
+                        .and_then(|rest| parse_numbered(rest, ""))
+                })
+            {
                 max_number = max_number.max(n + 1);
             }
         }
@@ -461,6 +464,7 @@ impl Db {
             |n| dir.join(log_file_name(n)),
             mstate.last_sequence,
             opts.wal_recovery,
+            opts.sync_writes,
             &replay,
         )?;
         let last_seq = replayed.last_seq;
@@ -861,9 +865,10 @@ impl Db {
     }
 
     /// What [`open`](Self::open) found when it replayed the write-ahead
-    /// logs: how much it replayed, torn tails dropped, and, under
-    /// [`WalRecovery::PointInTime`](crate::WalRecovery::PointInTime), where
-    /// the replay stopped and which logs it set aside.
+    /// logs: how much it replayed, torn tails dropped, and, when a
+    /// point-in-time replay stopped early (see
+    /// [`WalRecovery`](crate::WalRecovery)), where, why and which logs it
+    /// set aside.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.inner.recovery
     }

@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 mod fault;
-pub use fault::{FaultCounts, FaultFs, FaultKind, FaultOp};
+pub use fault::{FaultCounts, FaultFs, FaultKind, FaultOp, Writeback};
 
 /// A file open for appending.
 pub trait WritableFile: Send {

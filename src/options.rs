@@ -65,13 +65,14 @@ pub struct Options {
     /// at [`Db::close`](crate::Db::close).
     pub sync_writes: bool,
     /// What [`Db::open`](crate::Db::open) does with a write-ahead log that
-    /// is damaged other than at its torn tail. The default,
-    /// [`WalRecovery::Strict`], fails the open with
-    /// [`Error::Corruption`];
-    /// [`WalRecovery::PointInTime`] opens the database as it was just before
-    /// the damage and sets the rest of the logs aside. With `sync_writes`
-    /// false, a power cut can leave such damage (the filesystem may write
-    /// back a log's pages out of order).
+    /// is damaged other than at its torn tail: fail with
+    /// [`Error::Corruption`] ([`WalRecovery::Strict`]), or open the
+    /// database as it was just before the damage and set the rest of the
+    /// logs aside ([`WalRecovery::PointInTime`]). The default,
+    /// [`WalRecovery::Auto`], is point-in-time for exactly what a power cut
+    /// can leave when `sync_writes` is false (a hole in the last log, whose
+    /// pages the filesystem may write back out of order) and strict for
+    /// everything else.
     pub wal_recovery: WalRecovery,
     /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
     /// 1 byte.
@@ -237,7 +238,7 @@ impl Default for Options {
             block_bytes: 4096,
             restart_interval: 16,
             sync_writes: false,
-            wal_recovery: WalRecovery::Strict,
+            wal_recovery: WalRecovery::Auto,
             max_key_bytes: 64 << 10,
             max_value_bytes: 64 << 20,
             num_levels: 7,

@@ -9,10 +9,10 @@
 //!
 //! What a break in the logs does depends on [`WalRecovery`]:
 //!
-//! * [`Strict`](WalRecovery::Strict) (the default): a torn tail (a crash
-//!   in the middle of the last append) is dropped, and any other damage
-//!   fails the open with [`Error::Corruption`] naming the log and the
-//!   record's offset. Nothing is given up without the operator's say.
+//! * [`Strict`](WalRecovery::Strict): a torn tail (a crash in the middle
+//!   of the last append) is dropped, and any other damage fails the open
+//!   with [`Error::Corruption`] naming the log and the record's offset.
+//!   Nothing is given up without the operator's say.
 //! * [`PointInTime`](WalRecovery::PointInTime): the replay stops at the
 //!   first break (a damaged record with intact ones after it, a record
 //!   that does not decode, a gap or a number out of place in the chain)
@@ -23,13 +23,30 @@
 //!   never read again by an open and never deleted by one, for whoever
 //!   wants the bytes after the break. [`RecoveryReport::stopped`] says
 //!   where the replay stopped and why.
+//! * [`Auto`](WalRecovery::Auto) (the default): point-in-time for exactly
+//!   the damage a power cut can leave, strict for everything else.
 //!
-//! Point-in-time recovery is for a log whose writes were not each synced
-//! (`sync_writes = false`): a power cut can then leave a hole where the
-//! filesystem wrote back later pages of the log before earlier ones, and a
-//! strict open refuses the database until someone removes the log by hand.
-//! The writes after the hole were acknowledged but never made durable,
-//! which `sync_writes = false` allows; writes before it are all kept.
+//! What a power cut can leave: when writes are not each synced
+//! (`sync_writes = false`), a *hole* in the log, because the filesystem may
+//! write back a later page of the log before an earlier one. The writes
+//! after the hole were acknowledged but never made durable, which that
+//! setting allows, and a strict open would refuse the whole database until
+//! someone removed the log by hand (`tests/fault.rs`,
+//! `unsynced_log_pages_written_back_out_of_order`: 15 of 24 simulated cuts
+//! left a hole). A hole can only be in the *last* log: a memtable switch
+//! syncs the old log whole before the new one takes a write. And only in a
+//! log that does not end with a seal: a log is sealed when it takes no more
+//! writes, then synced. So `Auto` stops at damaged bytes in the last,
+//! unsealed log when `sync_writes` is false, and treats any other break as
+//! corruption: damage in an earlier or sealed log, or with `sync_writes`
+//! on; a record that does not decode; a gap in the sequence numbers (a
+//! power cut damages bytes, it does not renumber records). Its error says
+//! that `PointInTime` would open the database.
+//!
+//! Two limits of that inference. It reads `sync_writes` from the options
+//! of the open, not of the run that wrote the log. And a power cut between
+//! a seal's append and the sync that follows it can leave a hole in a
+//! sealed log; `Auto` then refuses the open, and `PointInTime` opens it.
 
 use std::path::{Path, PathBuf};
 
@@ -38,29 +55,85 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::key::SequenceNumber;
 use crate::memtable::Memtable;
-use crate::wal::{read_log, read_log_prefix, RECORD_HEADER_LEN};
+use crate::wal::{scan_log_prefix, RECORD_HEADER_LEN};
 
 /// What [`Db::open`](crate::Db::open) does with a write-ahead log that is
 /// damaged somewhere other than its torn tail. See
 /// [`Options::wal_recovery`](crate::Options::wal_recovery).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WalRecovery {
+    /// [`PointInTime`](Self::PointInTime) for damage a power cut can leave,
+    /// [`Strict`](Self::Strict) otherwise (the default): the replay stops
+    /// at damaged bytes with intact records after them only in the last
+    /// log, when that log does not end with a seal and
+    /// [`Options::sync_writes`](crate::Options::sync_writes) is false. Any
+    /// other break is [`Error::Corruption`]. See the module docs for why.
+    #[default]
+    Auto,
     /// Drop a torn tail (a crash in the middle of the last append); fail
     /// the open with [`Error::Corruption`] at any other damage: a damaged
     /// record with intact records after it, a record that does not decode,
-    /// or a gap in the records' sequence numbers. The default: no write is
-    /// given up without the operator choosing to.
-    #[default]
+    /// or a gap in the records' sequence numbers. No write is given up
+    /// without the operator choosing to.
     Strict,
     /// Replay up to the first damage (or gap) and stop there: the database
     /// opens with every write before that point, and the log holding the
     /// damage and every later log are kept as `<name>.dropped` rather than
-    /// replayed (an open neither reads nor deletes those files). [`Db::recovery_report`](crate::Db::recovery_report)
-    /// says where the replay stopped and why.
+    /// replayed (an open neither reads nor deletes those files).
+    /// [`Db::recovery_report`](crate::Db::recovery_report) says where the
+    /// replay stopped and why.
     PointInTime,
 }
 
-/// Where a [`WalRecovery::PointInTime`] replay stopped.
+/// Appended to the reason of a damaged log record that
+/// [`WalRecovery::Auto`] refuses: what the operator can do about it.
+const AUTO_REFUSED_HINT: &str = " (not what a power cut leaves in a log written with \
+     sync_writes = false: the log was ended and synced, or later logs follow it, or \
+     sync_writes is true; WalRecovery::PointInTime opens the database as it was before \
+     the damage)";
+
+/// Bytes of a seal record: the record header and an empty batch's 8-byte
+/// first sequence and 4-byte count.
+const SEAL_RECORD_BYTES: usize = RECORD_HEADER_LEN + 12;
+
+/// True when the log `data` ends with a seal: the empty batch record a log
+/// gets when it takes no more writes (a memtable switch or a clean close),
+/// right before it is synced.
+fn ends_with_seal(data: &[u8]) -> bool {
+    let Some(tail) = data
+        .len()
+        .checked_sub(SEAL_RECORD_BYTES)
+        .map(|at| &data[at..])
+    else {
+        return false;
+    };
+    match scan_log_prefix(tail) {
+        (scan, None) if scan.records.len() == 1 && !scan.torn_tail => {
+            let payload = &tail[scan.records[0].payload.clone()];
+            payload.len() == 12 && payload[8..12] == [0, 0, 0, 0]
+        }
+        _ => false,
+    }
+}
+
+/// Whether damaged bytes with intact records after them (not a torn tail)
+/// stop the replay, rather than fail the open, in the log `data`, the last
+/// of the logs replayed or not (`is_last`).
+///
+/// Under [`WalRecovery::Auto`] only what a power cut can leave does: a
+/// hole in the last log (every earlier one was synced whole before the
+/// next one took a write) that does not end with a seal (a sealed log was
+/// synced whole), written without `sync_writes` (a synced write has no
+/// hole before it).
+fn damage_stops(mode: WalRecovery, sync_writes: bool, is_last: bool, data: &[u8]) -> bool {
+    match mode {
+        WalRecovery::Strict => false,
+        WalRecovery::PointInTime => true,
+        WalRecovery::Auto => !sync_writes && is_last && !ends_with_seal(data),
+    }
+}
+
+/// Where a point-in-time replay stopped (see [`WalRecovery`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryStop {
     /// The log holding the damage, by the name it had when the open found
@@ -73,9 +146,12 @@ pub struct RecoveryStop {
     pub reason: String,
     /// The copies the logs were set aside as (`<name>.dropped`): the
     /// damaged log and every later one, in the order they were written.
+    /// When the break is a gap at the start of a log whose predecessor
+    /// ended torn, that predecessor too: its torn tail is what is left of
+    /// the lost writes (its records before the tail were replayed).
     pub set_aside: Vec<PathBuf>,
-    /// Bytes not replayed: the damaged log's bytes from `offset` on, plus
-    /// every later log's.
+    /// Bytes not replayed: the damaged log's bytes from `offset` on, every
+    /// later log's, and the torn tail of a predecessor set aside with it.
     pub bytes_dropped: u64,
 }
 
@@ -83,8 +159,9 @@ pub struct RecoveryStop {
 /// opened ([`Db::recovery_report`](crate::Db::recovery_report)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
-    /// Logs whose records were replayed (in full, up to a torn tail, or up
-    /// to the point where a point-in-time replay stopped).
+    /// Logs with at least one record replayed, or replayed whole (in full
+    /// or up to a torn tail); a log whose first record is where a
+    /// point-in-time replay stopped is not counted.
     pub logs_replayed: usize,
     /// Write batches replayed (seals, the empty records a log ends with
     /// when it is closed, are not counted).
@@ -93,9 +170,8 @@ pub struct RecoveryReport {
     pub writes_replayed: u64,
     /// Torn tails dropped: logs whose last append was cut short.
     pub torn_tails: usize,
-    /// Set when a [`WalRecovery::PointInTime`] replay stopped before the
-    /// end of the logs; always `None` under [`WalRecovery::Strict`], which
-    /// fails the open instead.
+    /// Set when a point-in-time replay stopped before the end of the logs;
+    /// always `None` under a strict one, which fails the open instead.
     pub stopped: Option<RecoveryStop>,
 }
 
@@ -151,13 +227,17 @@ struct Break {
     log_index: usize,
     offset: u64,
     reason: String,
+    /// Set when the break is a gap at the start of its log and the log
+    /// before it ended torn: that tail is what is left of the lost writes,
+    /// so that log is set aside too. Its valid length.
+    torn_before: Option<u64>,
 }
 
 /// Replays the logs numbered `logs` (ascending; `path_of` names their
 /// files) into `into`, chaining their sequence numbers from `after + 1`.
-/// Under [`WalRecovery::Strict`] any damage but a torn tail is
-/// [`Error::Corruption`]; under [`WalRecovery::PointInTime`] the replay
-/// stops at the first break. Writes nothing: the caller keeps the logs in
+/// `mode` and `sync_writes` decide whether the replay stops at the first
+/// break or fails with [`Error::Corruption`] at any damage but a torn tail
+/// (see [`WalRecovery`]). Writes nothing: the caller keeps the logs in
 /// [`Replay::set_aside`] with [`set_aside_logs`].
 pub(crate) fn replay_logs(
     fs: &dyn FileSystem,
@@ -165,21 +245,33 @@ pub(crate) fn replay_logs(
     path_of: impl Fn(u64) -> PathBuf,
     after: SequenceNumber,
     mode: WalRecovery,
+    sync_writes: bool,
     into: &Memtable,
 ) -> Result<Replay> {
     let mut last_seq = after;
     let mut chain = SequenceChain::starting_at(after.saturating_add(1));
     let mut report = RecoveryReport::default();
     let mut found: Option<Break> = None;
+    // The last log that ended torn: (index, valid length).
+    let mut torn: Option<(usize, u64)> = None;
     'logs: for (log_index, &n) in logs.iter().enumerate() {
         let path = path_of(n);
-        let (contents, damage) = match mode {
-            WalRecovery::Strict => (read_log(fs, &path)?, None),
-            WalRecovery::PointInTime => read_log_prefix(fs, &path)?,
-        };
+        let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
+        let (scan, damage) = scan_log_prefix(&data);
+        let is_last = log_index + 1 == logs.len();
+        if let Some(d) = &damage {
+            if !damage_stops(mode, sync_writes, is_last, &data) {
+                let mut reason = format!("{}, and a valid record follows it", d.reason);
+                if mode == WalRecovery::Auto {
+                    reason.push_str(AUTO_REFUSED_HINT);
+                }
+                return Err(Error::corruption(&path, Some(d.offset), reason));
+            }
+        }
+        let records = scan.records.iter().map(|span| &data[span.payload.clone()]);
         let mut offset = 0u64;
         let mut replayed_any = false;
-        for record in &contents.records {
+        for record in records {
             let record_offset = offset;
             offset += (record.len() + RECORD_HEADER_LEN) as u64;
             let corrupt = |reason: String| Error::corruption(&path, Some(record_offset), reason);
@@ -195,18 +287,22 @@ pub(crate) fn replay_logs(
                         chain.take(first_seq, batch.len()).map_err(corrupt)?;
                         Ok((first_seq, batch))
                     });
-            let (first_seq, batch) = match (checked, mode) {
-                (Ok(decoded), _) => decoded,
-                (Err(e), WalRecovery::Strict) => return Err(e),
-                (Err(e), WalRecovery::PointInTime) => {
+            let (first_seq, batch) = match checked {
+                Ok(decoded) => decoded,
+                Err(e) if mode != WalRecovery::PointInTime => return Err(e),
+                Err(e) => {
                     let reason = match e {
                         Error::Corruption { reason, .. } => reason,
                         other => other.to_string(),
                     };
+                    let torn_before = torn
+                        .filter(|&(i, _)| record_offset == 0 && i + 1 == log_index)
+                        .map(|(_, valid_len)| valid_len);
                     found = Some(Break {
                         log_index,
                         offset: record_offset,
                         reason,
+                        torn_before,
                     });
                     if replayed_any {
                         report.logs_replayed += 1;
@@ -224,17 +320,22 @@ pub(crate) fn replay_logs(
                 last_seq = last_seq.max(first_seq + batch.len() as u64 - 1);
             }
         }
-        report.logs_replayed += 1;
         if let Some(damage) = damage {
+            if replayed_any {
+                report.logs_replayed += 1;
+            }
             found = Some(Break {
                 log_index,
                 offset: damage.offset,
                 reason: format!("{}, and a valid record follows it", damage.reason),
+                torn_before: None,
             });
             break;
         }
-        if contents.torn_tail {
+        report.logs_replayed += 1;
+        if scan.torn_tail {
             report.torn_tails += 1;
+            torn = Some((log_index, scan.valid_len));
         }
     }
     let mut set_aside = Vec::new();
@@ -242,10 +343,13 @@ pub(crate) fn replay_logs(
         let log = path_of(logs[b.log_index]);
         let mut bytes_dropped = 0u64;
         let mut kept_as = Vec::new();
-        for &n in &logs[b.log_index..] {
+        let from = b.log_index - usize::from(b.torn_before.is_some());
+        for (i, &n) in logs.iter().enumerate().skip(from) {
             let path = path_of(n);
             let len = fs.read(&path).map_err(|e| Error::io(&path, e))?.len() as u64;
-            bytes_dropped += if n == logs[b.log_index] {
+            bytes_dropped += if i < b.log_index {
+                len.saturating_sub(b.torn_before.unwrap_or(len))
+            } else if i == b.log_index {
                 len.saturating_sub(b.offset)
             } else {
                 len

@@ -35,6 +35,10 @@ fn reopen_options() -> Options {
     // under test, not first by a compaction.
     opts.background_compaction = false;
     opts.sync_writes = false;
+    // These tests are about detection: every damage that can be told from
+    // a torn tail fails the open (`damaged_log` also opens under the other
+    // modes).
+    opts.wal_recovery = WalRecovery::Strict;
     opts
 }
 
@@ -291,6 +295,26 @@ fn damaged_log() {
             torn_tail_possible,
             &what,
         );
+        // The default mode refuses damage in a log that still ends with its
+        // seal (it was synced whole), and stops at it otherwise.
+        let work_auto = base.path().join("work-auto");
+        copy_dir(&work, &work_auto);
+        let seal_at = std::fs::metadata(&victim).expect("victim").len();
+        let seal_intact = !truncated && offsets.iter().all(|&o| o + 20 < seal_at);
+        let mut auto = reopen_options();
+        auto.wal_recovery = WalRecovery::Auto;
+        match Db::open(&work_auto, auto) {
+            Err(e) => {
+                assert!(!torn_tail_possible && seal_intact, "{what}: auto: {e}");
+                assert!(e.to_string().contains("PointInTime"), "{what}: {e}");
+            }
+            Ok(db) => {
+                assert!(torn_tail_possible || !seal_intact, "{what}: auto opened");
+                let kept = first.min(N);
+                let rec = check(&db, kept, N).unwrap_or_else(|e| panic!("{what}: auto: {e}"));
+                assert_eq!(rec.present.len() as u64, kept, "{what}: auto");
+            }
+        }
         match Db::open(&work, reopen_options()) {
             Err(e) => {
                 tally.open_failed += 1;

@@ -162,7 +162,10 @@ fn a_gap_between_logs_stops_point_in_time_replay_at_the_later_log() {
     // dropped, but `b` (2) is missing before `c` (3) in the second log.
     let bytes = std::fs::read(&first).unwrap();
     let scan = scan_log(&bytes, &first).unwrap();
-    std::fs::write(&first, &bytes[..scan.records[1].offset as usize + 5]).unwrap();
+    let valid_len = scan.records[1].offset;
+    let first_bytes = bytes[..valid_len as usize + 5].to_vec();
+    std::fs::write(&first, &first_bytes).unwrap();
+    let second_len = std::fs::metadata(&second).unwrap().len();
 
     let strict = Db::open(dir.path(), opts(WalRecovery::Strict));
     assert!(
@@ -177,8 +180,25 @@ fn a_gap_between_logs_stops_point_in_time_replay_at_the_later_log() {
     let stop = report.stopped.as_ref().expect("stopped at the gap");
     assert_eq!((stop.log.as_path(), stop.offset), (second.as_path(), 0));
     assert!(stop.reason.contains("lost"), "{}", stop.reason);
-    assert_eq!(stop.set_aside, vec![dropped(&second)]);
-    assert!(!first.exists(), "the replayed log is obsolete");
+    // The first log's torn tail is what is left of the lost write: it is
+    // set aside with the later log.
+    assert_eq!(stop.set_aside, vec![dropped(&first), dropped(&second)]);
+    assert_eq!(stop.bytes_dropped, 5 + second_len);
+    assert_eq!(std::fs::read(dropped(&first)).unwrap(), first_bytes);
+    assert!(!first.exists() && !second.exists());
+}
+
+#[test]
+fn damage_at_the_first_record_counts_no_log_as_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _, _) = two_logs(dir.path());
+    damage_record_at(&first, 0);
+    let db = Db::open(dir.path(), opts(WalRecovery::PointInTime)).unwrap();
+    assert_eq!(reads(&db), vec![None; 5]);
+    let report = db.recovery_report();
+    assert_eq!((report.logs_replayed, report.batches_replayed), (0, 0));
+    let stop = report.stopped.as_ref().expect("stopped");
+    assert_eq!((stop.log.as_path(), stop.offset), (first.as_path(), 0));
 }
 
 #[test]
@@ -296,4 +316,61 @@ fn power_cut_during_a_point_in_time_open_loses_nothing() {
         );
         std::fs::remove_dir_all(&dir).ok();
     }
+}
+
+/// `WalRecovery::Auto` (the default) stops only at damaged bytes a power
+/// cut can leave: in the last log, not sealed, written without
+/// `sync_writes`. Everything else is refused, with a hint.
+#[test]
+fn auto_stops_only_where_a_power_cut_can_leave_a_hole() {
+    let open = |dir: &Path, sync_writes: bool| {
+        let mut o = opts(WalRecovery::Auto);
+        o.sync_writes = sync_writes;
+        Db::open(dir, o)
+    };
+    let refused = |r: sievedb::Result<Db>, log: &Path, what: &str| match r {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, log, "{what}");
+            assert!(reason.contains("PointInTime"), "{what}: {reason}");
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    assert_eq!(Options::default().wal_recovery, WalRecovery::Auto);
+
+    // Damage in the last log, which has no seal: a hole.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, second, _) = two_logs(dir.path());
+    let d_at = {
+        let bytes = std::fs::read(&second).unwrap();
+        scan_log(&bytes, &second).unwrap().records[0].offset
+    };
+    damage_record_at(&second, d_at);
+    // With `sync_writes` the hole cannot come from a power cut.
+    refused(open(dir.path(), true), &second, "sync_writes");
+    let db = open(dir.path(), false).unwrap();
+    assert_eq!(
+        reads(&db),
+        vec![some(b"1"), some(b"2"), None, None, None],
+        "c's record is damaged, d's after it is given up"
+    );
+    let stop = db.recovery_report().stopped.clone().expect("stopped");
+    assert_eq!((stop.log, stop.offset), (second.clone(), d_at));
+    assert_eq!(stop.set_aside, vec![dropped(&second)]);
+    drop(db);
+
+    // Damage in an earlier log (synced whole at the switch).
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _, b_at) = two_logs(dir.path());
+    damage_record_at(&first, b_at);
+    refused(open(dir.path(), false), &first, "an earlier log");
+
+    // Damage in the last log when it ends with its seal (a clean close).
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second, b_at) = two_logs(dir.path());
+    std::fs::remove_file(&second).unwrap();
+    damage_record_at(&first, b_at);
+    refused(open(dir.path(), false), &first, "a sealed log");
+    // ... which point in time opens.
+    let db = Db::open(dir.path(), opts(WalRecovery::PointInTime)).unwrap();
+    assert_eq!(reads(&db), vec![some(b"1"), None, None, None, None]);
 }

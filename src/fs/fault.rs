@@ -21,6 +21,16 @@
 //!   left alone.
 //! * Files that existed before a `FaultFs` first saw them are taken to be
 //!   durable as they are.
+//! * **How unsynced bytes are lost** is set by [`FaultFs::set_writeback`].
+//!   [`Writeback::InOrder`] (the default) loses them as a suffix: the file is
+//!   cut back to its synced length. [`Writeback::RandomPages`] models a
+//!   kernel that wrote back some of the file's dirty 4 KiB pages before the
+//!   cut, in any order: each page holding unsynced bytes reached the disk or
+//!   not, independently (a coin flip from the seed); the unsynced bytes of a
+//!   page that did not read as zeros, and the file ends where the last page
+//!   that did ends (at most at its length before the cut). A lost page
+//!   followed by a written one is a *hole*: the damage a log written with
+//!   `sync_writes = false` can show after a real power cut.
 //!
 //! Writes go straight through to the real files (so memory-mapped table
 //! reads and [`FileSystem::read`] see them, as they would see the page cache);
@@ -117,6 +127,70 @@ pub struct FaultCounts {
     pub entries_reverted: u64,
 }
 
+/// How a power cut loses a file's unsynced bytes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Writeback {
+    /// The file is cut back to its synced length: unsynced bytes are lost
+    /// as a suffix.
+    #[default]
+    InOrder,
+    /// Each 4 KiB page holding unsynced bytes was written back or not, a
+    /// coin flip per page drawn from `seed` (the same seed and history give
+    /// the same pages); unwritten unsynced bytes before the last written
+    /// page read as zeros.
+    RandomPages {
+        /// Seeds the coin flips.
+        seed: u64,
+    },
+}
+
+/// Bytes of one page for [`Writeback::RandomPages`].
+const WRITEBACK_PAGE: u64 = 4096;
+
+/// What a power cut leaves of a file whose bytes were `live` and whose
+/// first `synced_len` bytes were durable, under `writeback`; `coin` draws
+/// the per-page flips.
+fn after_power_cut(
+    mut live: Vec<u8>,
+    synced_len: u64,
+    writeback: Writeback,
+    coin: &mut impl FnMut() -> bool,
+) -> Vec<u8> {
+    let synced = (synced_len as usize).min(live.len());
+    match writeback {
+        Writeback::InOrder => {
+            live.truncate(synced);
+            live
+        }
+        Writeback::RandomPages { .. } => {
+            let page = WRITEBACK_PAGE as usize;
+            let mut end = synced;
+            let mut at = synced;
+            while at < live.len() {
+                // The rest of the page `at` is in.
+                let page_end = ((at / page + 1) * page).min(live.len());
+                if coin() {
+                    end = page_end;
+                } else {
+                    live[at..page_end].fill(0);
+                }
+                at = page_end;
+            }
+            live.truncate(end);
+            live
+        }
+    }
+}
+
+/// SplitMix64: the coin flips of [`Writeback::RandomPages`].
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 #[derive(Debug, Clone, Copy)]
 struct FailPlan {
     op: Option<FaultOp>,
@@ -151,6 +225,10 @@ struct State {
     fail: Option<FailPlan>,
     /// Bumped at each reboot: handles from before it are dead.
     generation: u64,
+    /// How a power cut loses unsynced bytes.
+    writeback: Writeback,
+    /// The state of the coin flips of [`Writeback::RandomPages`].
+    coin_state: u64,
     counts: FaultCounts,
 }
 
@@ -320,6 +398,17 @@ impl FaultFs {
         Ok(())
     }
 
+    /// Sets how the next power cuts lose unsynced bytes (see the module
+    /// docs); [`Writeback::RandomPages`] restarts its coin flips from its
+    /// seed.
+    pub fn set_writeback(&self, writeback: Writeback) {
+        let mut s = self.state.lock();
+        s.writeback = writeback;
+        if let Writeback::RandomPages { seed } = writeback {
+            s.coin_state = seed;
+        }
+    }
+
     /// Cuts the power now: every later call fails until [`reboot`](Self::reboot).
     pub fn power_cut(&self) {
         self.state.lock().frozen = true;
@@ -343,7 +432,8 @@ impl FaultFs {
     }
 
     /// Brings the disk to what survives a power cut at this instant (see the
-    /// module docs): unsynced data dropped, undurable directory changes
+    /// module docs): unsynced data lost (as [`set_writeback`](Self::set_writeback)
+    /// says), undurable directory changes
     /// undone. Clears the cut and any pending fault. Call it after dropping
     /// every database using this filesystem (their handles stay dead).
     pub fn reboot(&self) -> io::Result<()> {
@@ -362,7 +452,13 @@ impl FaultFs {
         let mut survivors: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut lost = 0u64;
         let mut reverted = 0u64;
-        for (path, ino) in &s.durable {
+        let writeback = s.writeback;
+        let mut coin_state = s.coin_state;
+        // In path order, so that the same seed and history flip the same
+        // pages.
+        let mut durable: Vec<(&PathBuf, &u64)> = s.durable.iter().collect();
+        durable.sort_unstable();
+        for (path, ino) in durable {
             let Some(inode) = s.inodes.get(ino) else {
                 continue;
             };
@@ -373,10 +469,10 @@ impl FaultFs {
                 if live_path != path {
                     reverted += 1;
                 }
-                let mut b = fs::read(live_path)?;
+                let b = fs::read(live_path)?;
                 lost += (b.len() as u64).saturating_sub(inode.synced_len);
-                b.truncate(inode.synced_len as usize);
-                b
+                let mut coin = || splitmix64(&mut coin_state) >> 63 == 1;
+                after_power_cut(b, inode.synced_len, writeback, &mut coin)
             } else {
                 continue;
             };
@@ -416,6 +512,7 @@ impl FaultFs {
             s.live.insert(path.clone(), ino);
             s.durable.insert(path, ino);
         }
+        s.coin_state = coin_state;
         s.counts.power_cuts += 1;
         s.counts.bytes_lost += lost;
         s.counts.entries_reverted += reverted;
@@ -653,5 +750,51 @@ impl FileSystem for FaultFs {
             inode.synced_len = inode.len;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 + 1).collect()
+    }
+
+    #[test]
+    fn in_order_writeback_keeps_the_synced_prefix() {
+        let live = bytes(10_000);
+        let out = after_power_cut(live.clone(), 5_000, Writeback::InOrder, &mut || true);
+        assert_eq!(out, live[..5_000]);
+    }
+
+    #[test]
+    fn random_pages_zero_the_pages_not_written_and_end_at_the_last_written() {
+        let live = bytes(5 * 4096 + 100);
+        let pages = Writeback::RandomPages { seed: 0 };
+        // Every page written: nothing lost.
+        assert_eq!(
+            after_power_cut(live.clone(), 1_000, pages, &mut || true),
+            live
+        );
+        // None written: the synced prefix.
+        assert_eq!(
+            after_power_cut(live.clone(), 1_000, pages, &mut || false),
+            live[..1_000]
+        );
+        // Pages from the one holding byte 1,000: written, lost, written,
+        // lost, lost, lost.
+        let mut flips = [true, false, true, false, false, false].into_iter();
+        let out = after_power_cut(live.clone(), 1_000, pages, &mut || flips.next().unwrap());
+        assert_eq!(out.len(), 3 * 4096, "ends with the last written page");
+        assert_eq!(out[..4096], live[..4096], "synced bytes and a written page");
+        assert!(out[4096..2 * 4096].iter().all(|&b| b == 0), "a hole");
+        assert_eq!(out[2 * 4096..], live[2 * 4096..3 * 4096]);
+        // A lost first page keeps its synced bytes.
+        let mut flips = [false, true].into_iter().chain(std::iter::repeat(false));
+        let out = after_power_cut(live.clone(), 1_000, pages, &mut || flips.next().unwrap());
+        assert_eq!(out[..1_000], live[..1_000]);
+        assert!(out[1_000..4096].iter().all(|&b| b == 0));
+        assert_eq!(out[4096..], live[4096..2 * 4096]);
     }
 }
