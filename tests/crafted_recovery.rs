@@ -4,8 +4,11 @@
 //! never a lost or resurrected write.
 #![allow(clippy::field_reassign_with_default)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::batch_payload as batch;
 use sievedb::fs::RealFs;
 use sievedb::key::MAX_SEQUENCE;
 use sievedb::manifest::Manifest;
@@ -21,21 +24,6 @@ fn opts() -> Options {
 
 fn log_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.log"))
-}
-
-/// A batch payload as docs/format.md describes it: puts only.
-fn batch(first_seq: u64, puts: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&first_seq.to_le_bytes());
-    out.extend_from_slice(&(puts.len() as u32).to_le_bytes());
-    for (k, v) in puts {
-        out.push(1);
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        out.extend_from_slice(v);
-    }
-    out
 }
 
 fn write_log(path: &Path, records: &[Vec<u8>]) -> Vec<u8> {

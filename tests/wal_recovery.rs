@@ -7,9 +7,12 @@
 //! damage.
 #![allow(clippy::field_reassign_with_default)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::batch_payload as batch;
 use sievedb::fs::{FaultFs, RealFs};
 use sievedb::manifest::Manifest;
 use sievedb::wal::{scan_log, LogWriter};
@@ -30,21 +33,6 @@ fn dropped(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
     name.push(".dropped");
     PathBuf::from(name)
-}
-
-/// A batch payload as docs/format.md describes it: puts only.
-fn batch(first_seq: u64, puts: &[(&[u8], &[u8])]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&first_seq.to_le_bytes());
-    out.extend_from_slice(&(puts.len() as u32).to_le_bytes());
-    for (k, v) in puts {
-        out.push(1);
-        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-        out.extend_from_slice(k);
-        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        out.extend_from_slice(v);
-    }
-    out
 }
 
 /// Two logs and no tables: the first, written by the engine, holds `a`

@@ -226,3 +226,19 @@ pub fn within<T: Send + 'static>(
         .recv_timeout(std::time::Duration::from_secs(secs))
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
+
+/// A write batch's log payload as docs/format.md describes it, puts only:
+/// for crafting logs byte by byte.
+pub fn batch_payload(first_seq: u64, puts: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&first_seq.to_le_bytes());
+    out.extend_from_slice(&(puts.len() as u32).to_le_bytes());
+    for (k, v) in puts {
+        out.push(1);
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    out
+}
