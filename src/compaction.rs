@@ -604,20 +604,27 @@ impl DbInner {
         builder: TableBuilder,
         level: usize,
     ) -> Result<Arc<TableHandle>> {
-        let meta = finish_table(builder)?;
         let path = self.dir.join(table_file_name(number));
-        let table = Table::open_with_cache(
-            &path,
-            number,
-            &self.opts.filter_policy,
-            Arc::clone(counters_of(&self.level_counters, level)),
-            self.block_cache.clone(),
-        )?;
-        TableHandle::new(
-            TableRecord::describing(level as u32, &meta),
-            Arc::new(table),
-            Arc::clone(&self.fs),
-            path,
-        )
+        let handle = finish_table(builder).and_then(|meta| {
+            let table = Table::open_with_cache(
+                &path,
+                number,
+                &self.opts.filter_policy,
+                Arc::clone(counters_of(&self.level_counters, level)),
+                self.block_cache.clone(),
+            )?;
+            TableHandle::new(
+                TableRecord::describing(level as u32, &meta),
+                Arc::new(table),
+                Arc::clone(&self.fs),
+                path.clone(),
+            )
+        });
+        if handle.is_err() {
+            // No manifest names the file and no handle owns it: remove it
+            // now rather than leave it to the next open (best effort).
+            let _ = self.fs.remove_file(&path);
+        }
+        handle
     }
 }

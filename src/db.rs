@@ -1261,26 +1261,35 @@ fn write_level0_table(
 ) -> Result<(TableRecord, Table)> {
     let path = dir.join(table_file_name(number));
     let table_opts = table_options(opts, filter_policy);
-    let mut builder = TableBuilder::new(opts.fs.as_ref(), &path, number, table_opts)?;
-    let mut prev: Option<Vec<u8>> = None;
-    mem.for_each(|key, seq, kind, value| {
-        // The memtable is frozen and every reader that could need an older
-        // version pins the memtable itself, so only the newest survives.
-        if prev.as_deref() == Some(key) {
-            return Ok(());
-        }
-        prev = Some(key.to_vec());
-        builder.add(key, seq, kind, value)
-    })?;
-    let meta = finish_table(builder)?;
-    let table = Table::open_with_cache(
-        &path,
-        number,
-        &opts.filter_policy,
-        Arc::clone(counters),
-        block_cache.cloned(),
-    )?;
-    Ok((TableRecord::describing(0, &meta), table))
+    let written = (|| {
+        let mut builder = TableBuilder::new(opts.fs.as_ref(), &path, number, table_opts)?;
+        let mut prev: Option<Vec<u8>> = None;
+        mem.for_each(|key, seq, kind, value| {
+            // The memtable is frozen and every reader that could need an
+            // older version pins the memtable itself, so only the newest
+            // survives.
+            if prev.as_deref() == Some(key) {
+                return Ok(());
+            }
+            prev = Some(key.to_vec());
+            builder.add(key, seq, kind, value)
+        })?;
+        let meta = finish_table(builder)?;
+        let table = Table::open_with_cache(
+            &path,
+            number,
+            &opts.filter_policy,
+            Arc::clone(counters),
+            block_cache.cloned(),
+        )?;
+        Ok((TableRecord::describing(0, &meta), table))
+    })();
+    if written.is_err() {
+        // No manifest names the file: remove it now rather than leave it
+        // to the next open (best effort).
+        let _ = opts.fs.remove_file(&path);
+    }
+    written
 }
 
 impl DbInner {
@@ -1806,9 +1815,15 @@ impl DbInner {
         if bg.manifest.should_roll(self.opts.manifest_roll_bytes) {
             self.roll_manifest(bg)?;
         }
-        bg.manifest.log_edit(edit)?;
+        // The edit read the next file number when it was built; a roll just
+        // now took a number after that (the new manifest's own).
+        let mut edit = edit.clone();
+        if let Some(next) = &mut edit.next_file_number {
+            *next = (*next).max(self.next_file.load(Ordering::SeqCst));
+        }
+        bg.manifest.log_edit(&edit)?;
         let manifest_path = self.dir.join(manifest_file_name(bg.manifest.number()));
-        bg.mstate.apply(edit, &manifest_path)
+        bg.mstate.apply(&edit, &manifest_path)
     }
 
     /// Replaces the manifest by a new file holding one snapshot of the live
@@ -1859,17 +1874,23 @@ impl DbInner {
                 .flush_bytes_written
                 .fetch_add(record.file_size, Ordering::Relaxed);
             let path = self.dir.join(table_file_name(number));
-            added.push(TableHandle::new(
-                record,
-                Arc::new(table),
-                Arc::clone(&self.fs),
-                path,
-            )?);
+            match TableHandle::new(record, Arc::new(table), Arc::clone(&self.fs), path.clone()) {
+                Ok(handle) => added.push(handle),
+                Err(e) => {
+                    let _ = self.fs.remove_file(&path); // named by no manifest
+                    return Err(e);
+                }
+            }
         }
         if !added.is_empty() {
             // The table's directory entry must be durable before the
             // manifest edit that names it (and lets its log go).
-            self.fs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+            if let Err(e) = self.fs.sync_dir(&self.dir) {
+                for t in &added {
+                    t.mark_obsolete(); // named by no manifest: removed on drop
+                }
+                return Err(Error::io(&self.dir, e));
+            }
         }
         {
             let mut bg = self.bg.lock();
