@@ -332,7 +332,7 @@ impl Db {
         }
         mstate.levels.resize(opts.num_levels, Vec::new());
 
-        let names = fs.list_dir(&dir).map_err(io_err(&dir))?;
+        let names = list_files(fs.as_ref(), &dir).map_err(io_err(&dir))?;
         // No `CURRENT` means a new database, unless the directory already
         // holds tables: only a flush or compaction writes one, and they run
         // after an open that wrote `CURRENT` (which is replaced by an atomic
@@ -717,9 +717,12 @@ impl Db {
     /// Runs compactions until no level is over its target, then merges the
     /// level-0 tables present at the call into level 1 (also when they are
     /// below the trigger), blocking until done. After [`flush`](Self::flush)
-    /// and without concurrent writes, level 0 is then empty and a point read
-    /// consults at most one table per level. With writers running it
-    /// returns once no level is over its target, which they may delay.
+    /// and without concurrent writes, level 0 is then empty, no level is
+    /// over its target and a point read consults at most one table per
+    /// level. With writers running it still returns: the levels are taken
+    /// once each from the top, each moving only the tables it held when its
+    /// turn came, so a level the writers keep refilling may stay over its
+    /// target (the background compactions see to it).
     ///
     /// With [`Options::num_levels`] = 2 the level-0 tables below the trigger
     /// stay: level 1 is then the whole database, and merging them would
@@ -738,8 +741,9 @@ impl Db {
     /// so that a read phase sees one tree throughout.
     ///
     /// Unlike [`compact`](Self::compact) it neither flushes the active
-    /// memtable nor merges a level 0 below its trigger. Writers running
-    /// meanwhile may delay it, as they may [`compact`](Self::compact).
+    /// memtable nor merges a level 0 below its trigger. With writers
+    /// running it returns as [`compact`](Self::compact) does, after one
+    /// turn per level over the tables the level held when its turn came.
     ///
     /// Errors: [`Error::Poisoned`] if a flush or compaction failed (now or
     /// before); a compaction's own failure comes back as that too.
@@ -1080,6 +1084,18 @@ fn lock_exclusive(file: &File) -> std::io::Result<bool> {
 /// application's `1.log`), and the open deletes the files it takes for its
 /// own obsolete ones. Numbers above [`MAX_FILE_NUMBER`] are not ours
 /// either (the next number must not overflow).
+/// The entries of `dir` that may be the engine's files: all but those the
+/// real filesystem says are directories. A directory named like an engine
+/// file (another program's, or a checkpoint made inside the database) was
+/// taken for a log to replay or a file to delete, and the open failed
+/// (found by review, twenty-fifth session). Names the real filesystem does
+/// not know (a [`FileSystem`] of the caller's own) are kept.
+pub(crate) fn list_files(fs: &dyn FileSystem, dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names = fs.list_dir(dir)?;
+    names.retain(|n| std::fs::symlink_metadata(dir.join(n)).map_or(true, |m| !m.is_dir()));
+    Ok(names)
+}
+
 pub(crate) fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     let stem = name.strip_suffix(suffix)?;
     if !stem.bytes().all(|b| b.is_ascii_digit()) {

@@ -581,7 +581,7 @@ impl Db {
         // A directory that cannot be listed is a problem like any other
         // unreadable file (the doc promises `Err` only for a closed
         // database).
-        let names = match inner.fs.list_dir(dir) {
+        let names = match crate::db::list_files(inner.fs.as_ref(), dir) {
             Ok(names) => names,
             Err(e) => {
                 let err = Error::io(dir.as_path(), e);

@@ -470,3 +470,37 @@ fn a_directory_holding_only_a_non_utf8_name_is_not_empty() {
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
     assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 1, "written into");
 }
+
+/// A checkpoint made inside the database directory under a name the engine
+/// uses for its own files (or any directory so named) is not taken for a
+/// log to replay or a file to delete: the database still opens, and
+/// `verify` is clean (the open failed with "Is a directory"; found by
+/// review, twenty-fifth session). A directory named `CURRENT.tmp` still
+/// stops the open, with `Error::Io` naming it: the open must write a file
+/// of that name.
+#[test]
+fn a_directory_named_like_an_engine_file_is_left_alone() {
+    for name in [
+        "000100.sst",
+        "000100.log",
+        "000001.log",
+        "000100.log.dropped",
+        "MANIFEST-000100",
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        db.put(b"k", b"v").expect("put");
+        db.checkpoint(dir.path().join(name)).expect("checkpoint");
+        drop(db);
+        let db = Db::open(dir.path(), Options::default())
+            .unwrap_or_else(|e| panic!("{name}: reopen: {e}"));
+        assert_eq!(db.get(b"k").expect("get"), Some(b"v".to_vec()), "{name}");
+        let report = db.verify().expect("verify");
+        assert!(report.is_ok(), "{name}: {:?}", report.problems);
+        drop(db);
+        assert!(
+            dir.path().join(name).is_dir(),
+            "{name}: the directory is kept"
+        );
+    }
+}
