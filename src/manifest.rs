@@ -39,6 +39,17 @@
 //! A manifest file's first record is a *snapshot*: an edit that sets all
 //! three counters and adds every live table. Later records are incremental.
 //!
+//! A snapshot too large for one record (the record limit is 1 GiB, and a
+//! table's entry holds its smallest and largest keys) is split: its first
+//! record sets the counters, adds the first tables and carries one more
+//! field, `6 SNAPSHOT_RECORDS n: varint` (n >= 2: the records the snapshot
+//! takes, this one included); the next n - 1 records only add tables. Tag 6
+//! is valid only there. [`Manifest::create`] syncs all n records before
+//! `CURRENT` names the file, so recovery requires all n: a snapshot cut
+//! short (even as a torn tail) is corruption, never a silently smaller
+//! table set. A snapshot that fits one record is written as before, without
+//! tag 6.
+//!
 //! # CURRENT
 //!
 //! `CURRENT` holds the manifest's file name followed by a newline, e.g.
@@ -99,6 +110,11 @@ const TAG_LAST_SEQUENCE: u64 = 2;
 const TAG_LOG_NUMBER: u64 = 3;
 const TAG_REMOVED_TABLE: u64 = 4;
 const TAG_ADDED_TABLE: u64 = 5;
+/// Only in a manifest's first record, and only when the snapshot did not
+/// fit one record: how many records (this one included) the snapshot takes.
+const TAG_SNAPSHOT_RECORDS: u64 = 6;
+/// Room kept in a snapshot's first record for its record count field.
+const SNAPSHOT_RECORDS_FIELD_MAX: usize = 1 + 10;
 
 /// The file name of manifest `number`: `MANIFEST-000123`.
 pub fn manifest_file_name(number: u64) -> String {
@@ -318,6 +334,19 @@ impl VersionEdit {
     /// the place in errors. Anything the encoder would not produce is
     /// [`Error::Corruption`] at the offending field's offset.
     pub fn decode(bytes: &[u8], file: &Path, offset: u64) -> Result<VersionEdit> {
+        Ok(VersionEdit::decode_fields(bytes, file, offset, false)?.0)
+    }
+
+    /// [`decode`](Self::decode), also accepting (when `first_record`) the
+    /// snapshot record count of a manifest's first record, returned beside
+    /// the edit.
+    fn decode_fields(
+        bytes: &[u8],
+        file: &Path,
+        offset: u64,
+        first_record: bool,
+    ) -> Result<(VersionEdit, Option<u64>)> {
+        let mut snapshot_records = None;
         let mut d = EditDecoder {
             bytes,
             pos: 0,
@@ -353,10 +382,23 @@ impl VersionEdit {
                     edit.removed.push((level, file_number));
                 }
                 TAG_ADDED_TABLE => edit.added.push(d.table()?),
+                TAG_SNAPSHOT_RECORDS if first_record && snapshot_records.is_none() => {
+                    let n = d.varint("snapshot record count")?;
+                    if n < 2 {
+                        return Err(d.corrupt(tag_at, format!("snapshot record count {n}")));
+                    }
+                    snapshot_records = Some(n);
+                }
+                TAG_SNAPSHOT_RECORDS => {
+                    return Err(d.corrupt(
+                        tag_at,
+                        "snapshot record count outside a manifest's first record, or twice",
+                    ))
+                }
                 other => return Err(d.corrupt(tag_at, format!("unknown tag {other}"))),
             }
         }
-        Ok(edit)
+        Ok((edit, snapshot_records))
     }
 
     /// Checks that the edit can be written and read back: levels below
@@ -395,6 +437,129 @@ impl VersionEdit {
     fn is_snapshot(&self) -> bool {
         self.next_file_number.is_some() && self.last_sequence.is_some() && self.log_number.is_some()
     }
+
+    /// This edit, a snapshot, as the payloads of the records it takes in a
+    /// manifest whose records hold at most `record_limit` bytes: one record
+    /// when it fits, else a first record with the counters, the record
+    /// count and the first tables, then records adding the rest (see the
+    /// module docs). A table whose entry alone does not fit is
+    /// [`Error::InvalidArgument`].
+    fn snapshot_records(&self, record_limit: usize) -> Result<Vec<Vec<u8>>> {
+        let whole = self.encode();
+        if whole.len() <= record_limit {
+            return Ok(vec![whole]);
+        }
+        let counters = VersionEdit {
+            added: Vec::new(),
+            ..self.clone()
+        }
+        .encode();
+        // Tables per record, greedily; the first record also holds the
+        // counters and the count.
+        let mut parts: Vec<Vec<TableRecord>> = vec![Vec::new()];
+        let mut room = record_limit.saturating_sub(counters.len() + SNAPSHOT_RECORDS_FIELD_MAX);
+        for table in &self.added {
+            let len = VersionEdit {
+                added: vec![table.clone()],
+                ..VersionEdit::default()
+            }
+            .encode()
+            .len();
+            if len > room {
+                if len > record_limit {
+                    return Err(Error::invalid(format!(
+                        "table {} alone takes {len} bytes of manifest, over the record limit",
+                        table.file_number
+                    )));
+                }
+                parts.push(Vec::new());
+                room = record_limit;
+            }
+            room -= len;
+            parts
+                .last_mut()
+                .expect("one part at least")
+                .push(table.clone());
+        }
+        let n = parts.len() as u64;
+        let mut records = Vec::with_capacity(parts.len());
+        for (i, added) in parts.into_iter().enumerate() {
+            let mut payload = if i == 0 { counters.clone() } else { Vec::new() };
+            if i == 0 {
+                put_varint64(&mut payload, TAG_SNAPSHOT_RECORDS);
+                put_varint64(&mut payload, n);
+            }
+            payload.extend(
+                VersionEdit {
+                    added,
+                    ..VersionEdit::default()
+                }
+                .encode(),
+            );
+            records.push(payload);
+        }
+        Ok(records)
+    }
+}
+
+/// Replays the records of a manifest: `payloads` yields each record's
+/// payload with its file offset (of the record header) and the offset of
+/// the payload. The first must be a snapshot, and a snapshot split over
+/// several records must have all of them, the later ones only adding
+/// tables. Problems are [`Error::Corruption`] naming `path`.
+pub(crate) fn replay_manifest_records<'a>(
+    payloads: impl Iterator<Item = (&'a [u8], u64, u64)>,
+    path: &Path,
+) -> Result<ManifestState> {
+    let mut state = ManifestState::default();
+    let mut snapshot_records = 1u64;
+    let mut seen = 0u64;
+    for (i, (payload, record_offset, payload_offset)) in payloads.enumerate() {
+        let (edit, parts) = VersionEdit::decode_fields(payload, path, payload_offset, i == 0)?;
+        if i == 0 {
+            if !edit.is_snapshot() {
+                return Err(Error::corruption(
+                    path,
+                    Some(record_offset),
+                    "first manifest record is not a snapshot (it does not set all counters)",
+                ));
+            }
+            snapshot_records = parts.unwrap_or(1);
+        } else if (i as u64) < snapshot_records
+            && (edit.next_file_number.is_some()
+                || edit.last_sequence.is_some()
+                || edit.log_number.is_some()
+                || !edit.removed.is_empty())
+        {
+            return Err(Error::corruption(
+                path,
+                Some(record_offset),
+                format!("record {i} of the snapshot does more than add tables"),
+            ));
+        }
+        state.apply_at(&edit, path, Some(record_offset))?;
+        seen += 1;
+    }
+    if seen == 0 {
+        // Create syncs the snapshot before CURRENT names the file, so a
+        // manifest without it was damaged after the fact.
+        return Err(Error::corruption(
+            path,
+            Some(0),
+            "manifest holds no complete snapshot record",
+        ));
+    }
+    if seen < snapshot_records {
+        return Err(Error::corruption(
+            path,
+            None,
+            format!(
+                "the snapshot takes {snapshot_records} records but only {seen} are complete \
+                 (create syncs them all before CURRENT names the file)"
+            ),
+        ));
+    }
+    Ok(state)
 }
 
 /// State rebuilt by replaying a manifest.
@@ -581,7 +746,8 @@ pub(crate) fn current_manifest_number(fs: &dyn FileSystem, dir: &Path) -> Result
 
 impl Manifest {
     /// Creates a new manifest file `MANIFEST-{number:06}` in `dir` whose first
-    /// record is a snapshot edit of `state`, syncs it (and the directory),
+    /// record is a snapshot edit of `state` (split over several records when
+    /// it does not fit one, see the module docs), syncs it (and the directory),
     /// then points `CURRENT` at it (write `CURRENT.tmp`, sync, rename to
     /// `CURRENT`, sync the directory).
     ///
@@ -596,6 +762,18 @@ impl Manifest {
         number: u64,
         state: &ManifestState,
     ) -> Result<Manifest> {
+        Manifest::create_with_record_limit(fs, dir, number, state, MAX_RECORD_PAYLOAD)
+    }
+
+    /// [`create`](Self::create) with the snapshot split into records of at
+    /// most `record_limit` bytes (tests lower it to split small snapshots).
+    pub(crate) fn create_with_record_limit(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        number: u64,
+        state: &ManifestState,
+        record_limit: usize,
+    ) -> Result<Manifest> {
         let snapshot = state.snapshot_edit();
         snapshot.validate()?;
         let name = manifest_file_name(number);
@@ -603,13 +781,7 @@ impl Manifest {
         ManifestState::default()
             .apply(&snapshot, &path)
             .map_err(|e| Error::invalid(format!("state cannot be snapshotted: {e}")))?;
-        let encoded = snapshot.encode();
-        if encoded.len() > MAX_RECORD_PAYLOAD {
-            return Err(Error::invalid(format!(
-                "manifest snapshot of {} bytes exceeds the record limit",
-                encoded.len()
-            )));
-        }
+        let records = snapshot.snapshot_records(record_limit)?;
         // Creating truncates: reusing the number of the manifest CURRENT
         // names would destroy it before CURRENT moves on.
         if current_manifest_number(fs, dir)? == Some(number) {
@@ -618,7 +790,9 @@ impl Manifest {
             )));
         }
         let mut writer = LogWriter::create(fs, &path)?;
-        writer.add_record(&encoded)?;
+        for record in &records {
+            writer.add_record(record)?;
+        }
         writer.sync()?;
         // The new file's directory entry must be durable before CURRENT can
         // name it; POSIX does not order a create before a later rename.
@@ -668,28 +842,11 @@ impl Manifest {
             Err(e) => return Err(Error::io(&path, e)),
         };
         let scan = scan_log(&data, &path)?;
-        let mut state = ManifestState::default();
-        for (i, span) in scan.records.iter().enumerate() {
+        let payloads = scan.records.iter().map(|span| {
             let payload_offset = span.offset + crate::wal::RECORD_HEADER_LEN as u64;
-            let edit = VersionEdit::decode(&data[span.payload.clone()], &path, payload_offset)?;
-            if i == 0 && !edit.is_snapshot() {
-                return Err(Error::corruption(
-                    &path,
-                    Some(span.offset),
-                    "first manifest record is not a snapshot (it does not set all counters)",
-                ));
-            }
-            state.apply_at(&edit, &path, Some(span.offset))?;
-        }
-        if scan.records.is_empty() {
-            // Create syncs the snapshot before CURRENT names the file, so a
-            // manifest without it was damaged after the fact.
-            return Err(Error::corruption(
-                &path,
-                Some(0),
-                "manifest holds no complete snapshot record",
-            ));
-        }
+            (&data[span.payload.clone()], span.offset, payload_offset)
+        });
+        let state = replay_manifest_records(payloads, &path)?;
         Ok(Some((state, number, scan.torn_tail)))
     }
 
@@ -727,5 +884,143 @@ impl Manifest {
     /// Path of the manifest file.
     pub fn path(&self) -> &Path {
         self.writer.path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::RealFs;
+    use crate::wal::scan_log;
+
+    /// A state of `n` level-1 tables with 40-byte keys.
+    fn state(n: u64) -> ManifestState {
+        let mut s = ManifestState {
+            levels: vec![Vec::new(), Vec::new()],
+            next_file_number: 10 + n,
+            last_sequence: 1000,
+            log_number: 5,
+        };
+        for i in 0..n {
+            s.levels[1].push(TableRecord {
+                level: 1,
+                file_number: 10 + i,
+                file_size: 4096,
+                smallest: format!("{:020}{:020}", 2 * i, 0).into_bytes(),
+                largest: format!("{:020}{:020}", 2 * i + 1, 0).into_bytes(),
+                smallest_seq: 1,
+                largest_seq: 1000,
+            });
+        }
+        s
+    }
+
+    fn records(path: &Path) -> Vec<Vec<u8>> {
+        let data = std::fs::read(path).unwrap();
+        let scan = scan_log(&data, path).unwrap();
+        scan.records
+            .iter()
+            .map(|r| data[r.payload.clone()].to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_too_large_for_one_record_is_split_and_recovered_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = state(40);
+        let mut m = Manifest::create_with_record_limit(&RealFs, dir.path(), 3, &want, 600).unwrap();
+        let path = dir.path().join(manifest_file_name(3));
+        let parts = records(&path);
+        assert!(parts.len() >= 5, "{} records", parts.len());
+        assert!(parts.iter().all(|p| p.len() <= 600));
+        // An edit after the snapshot is replayed too.
+        let edit = VersionEdit {
+            removed: vec![(1, 10)],
+            ..VersionEdit::default()
+        };
+        m.log_edit(&edit).unwrap();
+        let mut after = want.clone();
+        after.apply(&edit, &path).unwrap();
+        let (got, number) = Manifest::recover(&RealFs, dir.path()).unwrap().unwrap();
+        assert_eq!((got, number), (after.clone(), 3));
+        let (report, checked) =
+            crate::verify::check_manifest_bytes(&std::fs::read(&path).unwrap(), &path);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        assert_eq!(checked, Some(after));
+        assert_eq!(report.manifest_records, parts.len() as u64 + 1);
+        // A snapshot that fits is one record, without the count.
+        let dir = tempfile::tempdir().unwrap();
+        Manifest::create(&RealFs, dir.path(), 3, &want).unwrap();
+        let one = records(&dir.path().join(manifest_file_name(3)));
+        assert_eq!(one, vec![want.snapshot_edit().encode()]);
+    }
+
+    #[test]
+    fn a_split_snapshot_cut_short_is_corruption_not_fewer_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        Manifest::create_with_record_limit(&RealFs, dir.path(), 3, &state(40), 600).unwrap();
+        let path = dir.path().join(manifest_file_name(3));
+        let data = std::fs::read(&path).unwrap();
+        let scan = scan_log(&data, &path).unwrap();
+        // The last part torn (a torn tail the log reader drops silently),
+        // then the last part missing whole.
+        let last = scan.records.last().unwrap().offset as usize;
+        for cut in [data.len() - 3, last] {
+            std::fs::write(&path, &data[..cut]).unwrap();
+            match Manifest::recover(&RealFs, dir.path()) {
+                Err(Error::Corruption { reason, .. }) => {
+                    assert!(reason.contains("snapshot takes"), "{reason}")
+                }
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+            let (report, state) = crate::verify::check_manifest_bytes(&data[..cut], &path);
+            assert!(state.is_none() && !report.is_ok(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn the_snapshot_record_count_is_refused_outside_the_first_record() {
+        let path = Path::new("MANIFEST-000001");
+        let mut payload = Vec::new();
+        put_varint64(&mut payload, TAG_SNAPSHOT_RECORDS);
+        put_varint64(&mut payload, 3);
+        // In a later record (what `decode` reads), and in a first record
+        // with a count below 2 or twice.
+        assert!(VersionEdit::decode(&payload, path, 0).is_err());
+        assert!(VersionEdit::decode_fields(&payload, path, 0, true).is_ok());
+        let mut twice = payload.clone();
+        twice.extend_from_slice(&payload);
+        assert!(VersionEdit::decode_fields(&twice, path, 0, true).is_err());
+        let mut one = Vec::new();
+        put_varint64(&mut one, TAG_SNAPSHOT_RECORDS);
+        put_varint64(&mut one, 1);
+        assert!(VersionEdit::decode_fields(&one, path, 0, true).is_err());
+        // A later part of a split snapshot that sets a counter.
+        let first = {
+            let mut p = VersionEdit {
+                next_file_number: Some(9),
+                last_sequence: Some(1),
+                log_number: Some(1),
+                ..VersionEdit::default()
+            }
+            .encode();
+            put_varint64(&mut p, TAG_SNAPSHOT_RECORDS);
+            put_varint64(&mut p, 2);
+            p
+        };
+        let second = VersionEdit {
+            log_number: Some(2),
+            ..VersionEdit::default()
+        }
+        .encode();
+        let records = [(&first[..], 0, 8), (&second[..], 100, 108)];
+        assert!(replay_manifest_records(records.into_iter(), path).is_err());
+    }
+
+    #[test]
+    fn a_table_larger_than_the_record_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Manifest::create_with_record_limit(&RealFs, dir.path(), 3, &state(4), 60);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
     }
 }

@@ -53,8 +53,8 @@ use crate::filter::{key_hash, prefix_hash, FilterPolicy};
 use crate::iter::InternalIterator;
 use crate::key::decode_internal_key;
 use crate::manifest::{
-    current_manifest_number, manifest_file_name, ManifestState, TableRecord, VersionEdit,
-    CURRENT_FILE_NAME,
+    current_manifest_number, manifest_file_name, replay_manifest_records, ManifestState,
+    TableRecord, CURRENT_FILE_NAME,
 };
 use crate::sstable::block::{user_part, BlockView};
 use crate::sstable::Table;
@@ -420,48 +420,18 @@ pub fn check_manifest_bytes(data: &[u8], path: &Path) -> (VerifyReport, Option<M
             reason: "manifest ends in an incomplete or damaged record".into(),
         });
     }
-    if scan.records.is_empty() {
-        report.problems.push(Problem {
-            file: path.to_path_buf(),
-            offset: Some(0),
-            reason: "manifest holds no complete snapshot record".into(),
-        });
-        return (report, None);
-    }
-    let mut state = ManifestState::default();
-    for (i, span) in scan.records.iter().enumerate() {
-        report.manifest_records += 1;
-        let Some(payload) = data.get(span.payload.clone()) else {
-            continue;
-        };
-        let payload_offset = span.offset + RECORD_HEADER_LEN as u64;
-        let edit = match VersionEdit::decode(payload, path, payload_offset) {
-            Ok(edit) => edit,
-            Err(e) => {
-                report.problems.push(Problem::from_error(e, path));
-                return (report, None);
-            }
-        };
-        if i == 0
-            && (edit.next_file_number.is_none()
-                || edit.last_sequence.is_none()
-                || edit.log_number.is_none())
-        {
-            report.problems.push(Problem {
-                file: path.to_path_buf(),
-                offset: Some(span.offset),
-                reason: "first manifest record is not a snapshot".into(),
-            });
-            return (report, None);
-        }
-        if let Err(e) = state.apply(&edit, path) {
-            let mut p = Problem::from_error(e, path);
-            p.offset = p.offset.or(Some(span.offset));
-            report.problems.push(p);
-            return (report, None);
+    report.manifest_records += scan.records.len() as u64;
+    let payloads = scan.records.iter().filter_map(|span| {
+        let payload = data.get(span.payload.clone())?;
+        Some((payload, span.offset, span.offset + RECORD_HEADER_LEN as u64))
+    });
+    match replay_manifest_records(payloads, path) {
+        Ok(state) => (report, Some(state)),
+        Err(e) => {
+            report.problems.push(Problem::from_error(e, path));
+            (report, None)
         }
     }
-    (report, Some(state))
 }
 
 impl Db {
