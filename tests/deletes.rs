@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::Rng;
-use sievedb::fs::{FaultFs, FaultKind, FaultOp, Writeback};
+use sievedb::fs::{FaultCounts, FaultFs, FaultKind, FaultOp, Writeback};
 use sievedb::{Db, Options, WriteBatch};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -149,6 +149,60 @@ fn points() -> u64 {
         .unwrap_or(60)
 }
 
+/// The kinds of call a fault is aimed at in turn, each with how many such
+/// calls the clean run `clean` made: any call, then appends, syncs,
+/// directory syncs, renames, creates and removes.
+fn call_kinds(clean: &FaultCounts) -> [(Option<FaultOp>, u64); 7] {
+    [
+        (None, clean.mutations),
+        (Some(FaultOp::Append), clean.appends),
+        (Some(FaultOp::Sync), clean.syncs),
+        (Some(FaultOp::SyncDir), clean.dir_syncs),
+        (Some(FaultOp::Rename), clean.renames),
+        (Some(FaultOp::Create), clean.creates),
+        (Some(FaultOp::Remove), clean.removes),
+    ]
+}
+
+/// Opens `dir` and runs `batches` until a call fails: (acked, attempted),
+/// (0, 0) if the open itself failed. With `read_after`, the database must
+/// still answer reads afterwards (a poisoned one does).
+fn open_and_run(
+    dir: &Path,
+    opts: Options,
+    batches: &[WriteBatch],
+    read_after: bool,
+    what: &str,
+) -> (usize, usize) {
+    match Db::open(dir, opts) {
+        Ok(db) => {
+            let (acked, attempted, _) = run(&db, batches);
+            if read_after {
+                contents(&db).unwrap_or_else(|e| panic!("{what}: read after the fault: {e}"));
+            }
+            (acked, attempted)
+        }
+        Err(_) => (0, 0),
+    }
+}
+
+/// Reopens `dir` after a cut or fault and checks it: the model after batch
+/// `acked` or `attempted`, and `verify` clean. Removes `dir` afterwards.
+fn reopen_and_check(
+    dir: &Path,
+    opts: Options,
+    states: &[Model],
+    (acked, attempted): (usize, usize),
+    what: &str,
+) {
+    let db = Db::open(dir, opts).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    check(&db, states, acked, attempted, what);
+    let report = db.verify().expect("verify");
+    assert!(report.is_ok(), "{what}: {:?}", report.problems);
+    drop(db);
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn power_cuts_with_deletes() {
     for background in [false, true] {
@@ -162,22 +216,11 @@ fn power_cuts_with_deletes() {
             let fs = FaultFs::new();
             fs.cut_power_at(at).expect("cut");
             let what = format!("bg={background} cut at {at} of {total}");
-            let (acked, attempted) = match Db::open(&dir, options(&fs, background)) {
-                Ok(db) => {
-                    let (a, t, _) = run(&db, &batches);
-                    drop(db);
-                    (a, t)
-                }
-                Err(_) => (0, 0),
-            };
+            let (acked, attempted) =
+                open_and_run(&dir, options(&fs, background), &batches, false, &what);
             fs.reboot().expect("reboot");
-            let db = Db::open(&dir, options(&fs, background))
-                .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-            check(&db, &states, acked, attempted, &what);
-            let report = db.verify().expect("verify");
-            assert!(report.is_ok(), "{what}: {:?}", report.problems);
-            drop(db);
-            std::fs::remove_dir_all(&dir).ok();
+            let opts = options(&fs, background);
+            reopen_and_check(&dir, opts, &states, (acked, attempted), &what);
         }
     }
 }
@@ -195,42 +238,21 @@ fn io_errors_with_deletes() {
             } else {
                 FaultKind::Io
             };
-            let (op, of) = [
-                (None, clean.mutations),
-                (Some(FaultOp::Append), clean.appends),
-                (Some(FaultOp::Sync), clean.syncs),
-                (Some(FaultOp::SyncDir), clean.dir_syncs),
-                (Some(FaultOp::Rename), clean.renames),
-                (Some(FaultOp::Create), clean.creates),
-                (Some(FaultOp::Remove), clean.removes),
-            ][i as usize % 7];
+            let (op, of) = call_kinds(&clean)[i as usize % 7];
             let at = 1 + ((of * i) / n + i % 5) % of.max(1);
             let dir = base.path().join(format!("err{i}"));
             let fs = FaultFs::new();
             fs.fail_nth(op, at, kind).expect("plan");
             let what = format!("bg={background} {kind:?} on {op:?} {at} of {of}");
-            let (acked, attempted) = match Db::open(&dir, options(&fs, background)) {
-                Ok(db) => {
-                    let (a, t, _) = run(&db, &batches);
-                    // Reads still answer after poisoning.
-                    let _ = contents(&db).unwrap_or_else(|e| panic!("{what}: poisoned read: {e}"));
-                    drop(db);
-                    (a, t)
-                }
-                Err(_) => (0, 0),
-            };
+            let (acked, attempted) =
+                open_and_run(&dir, options(&fs, background), &batches, true, &what);
             if i % 3 == 2 {
                 fs.power_cut();
                 fs.reboot().expect("reboot");
             }
             fs.clear_faults();
-            let db = Db::open(&dir, options(&fs, background))
-                .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-            check(&db, &states, acked, attempted, &what);
-            let report = db.verify().expect("verify");
-            assert!(report.is_ok(), "{what}: {:?}", report.problems);
-            drop(db);
-            std::fs::remove_dir_all(&dir).ok();
+            let opts = options(&fs, background);
+            reopen_and_check(&dir, opts, &states, (acked, attempted), &what);
         }
     }
 }
@@ -482,38 +504,19 @@ fn variant_sweeps_with_deletes() {
                     } else {
                         FaultKind::Io
                     };
-                    let (op, of) = [
-                        (None, clean.mutations),
-                        (Some(FaultOp::Append), clean.appends),
-                        (Some(FaultOp::Sync), clean.syncs),
-                        (Some(FaultOp::SyncDir), clean.dir_syncs),
-                        (Some(FaultOp::Rename), clean.renames),
-                        (Some(FaultOp::Create), clean.creates),
-                    ][(i / 2) as usize % 6];
+                    // The first six kinds (not removes).
+                    let (op, of) = call_kinds(&clean)[(i / 2) as usize % 6];
                     let at = 1 + ((of * i) / n + i % 5) % of.max(1);
                     fs.fail_nth(op, at, kind).expect("plan");
                     format!("variant {v} bg={background} {kind:?} {op:?} {at} of {of}")
                 };
-                let (acked, attempted) = match Db::open(&dir, mk(&fs)) {
-                    Ok(db) => {
-                        let (a, t, _) = run(&db, &batches);
-                        let _ = contents(&db).unwrap_or_else(|e| panic!("{what}: read: {e}"));
-                        drop(db);
-                        (a, t)
-                    }
-                    Err(_) => (0, 0),
-                };
+                let (acked, attempted) = open_and_run(&dir, mk(&fs), &batches, true, &what);
                 if fs.is_cut() || i % 6 == 5 {
                     fs.power_cut();
                     fs.reboot().expect("reboot");
                 }
                 fs.clear_faults();
-                let db = Db::open(&dir, mk(&fs)).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-                check(&db, &states, acked, attempted, &what);
-                let report = db.verify().expect("verify");
-                assert!(report.is_ok(), "{what}: {:?}", report.problems);
-                drop(db);
-                std::fs::remove_dir_all(&dir).ok();
+                reopen_and_check(&dir, mk(&fs), &states, (acked, attempted), &what);
             }
         }
     }
