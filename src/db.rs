@@ -722,7 +722,7 @@ impl Db {
     /// level. With writers running it still returns: the levels are taken
     /// once each from the top, each moving only the tables it held when its
     /// turn came, so a level the writers keep refilling may stay over its
-    /// target (the background compactions see to it).
+    /// target (later compactions see to it).
     ///
     /// With [`Options::num_levels`] = 2 the level-0 tables below the trigger
     /// stay: level 1 is then the whole database, and merging them would
