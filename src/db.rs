@@ -940,10 +940,18 @@ impl Db {
 /// write (`docs/reliability.md`). A damaged seal itself is dropped as a torn
 /// tail and loses nothing. Only the log a crash interrupted ends without a
 /// seal, and there a damaged last record and a torn one look alike.
+///
+/// The log is synced *before* the seal is appended (the caller syncs again
+/// after it), so an intact seal vouches for every byte before it: a hole
+/// before a seal is never what a power cut leaves, which
+/// [`WalRecovery::Auto`](crate::WalRecovery::Auto) relies on. (Appending
+/// the seal first left a window, until the sync after it, in which a power
+/// cut could write back the seal's page but not an earlier one.)
 fn seal_log(w: &mut WriterState) -> Result<()> {
     if w.wal.is_empty() {
         return Ok(());
     }
+    w.wal.sync()?;
     let seal = WriteBatch::new().encode(w.last_seq.saturating_add(1).min(MAX_SEQUENCE));
     w.wal.add_record(&seal)
 }

@@ -36,17 +36,19 @@
 //! left a hole). A hole can only be in the *last* log: a memtable switch
 //! syncs the old log whole before the new one takes a write. And only in a
 //! log that does not end with a seal: a log is sealed when it takes no more
-//! writes, then synced. So `Auto` stops at damaged bytes in the last,
-//! unsealed log when `sync_writes` is false, and treats any other break as
-//! corruption: damage in an earlier or sealed log, or with `sync_writes`
-//! on; a record that does not decode; a gap in the sequence numbers (a
+//! writes, after a sync of everything before it. So `Auto` stops at damaged
+//! bytes in the last, unsealed log when `sync_writes` is false, and treats
+//! any other break as
+//! corruption: damage in an earlier or sealed log, or with `sync_writes` on;
+//! a record that does not decode; a gap in the sequence numbers (a
 //! power cut damages bytes, it does not renumber records). Its error says
 //! that `PointInTime` would open the database.
 //!
-//! Two limits of that inference. It reads `sync_writes` from the options
-//! of the open, not of the run that wrote the log. And a power cut between
-//! a seal's append and the sync that follows it can leave a hole in a
-//! sealed log; `Auto` then refuses the open, and `PointInTime` opens it.
+//! A seal vouches for the bytes before it because the log is synced
+//! before the seal is appended (`tests/fault.rs`,
+//! `no_power_cut_leaves_a_hole_before_a_seal`). One limit of the inference:
+//! it reads `sync_writes` from the options of the open, not of the run that
+//! wrote the log.
 
 use std::path::{Path, PathBuf};
 
