@@ -256,9 +256,13 @@ pub(crate) fn replay_logs(
     let mut found: Option<Break> = None;
     // The last log that ended torn: (index, valid length).
     let mut torn: Option<(usize, u64)> = None;
+    // The length of each log read so far, so that counting the bytes a
+    // stop gives up reads again only the logs the replay never reached.
+    let mut lens: Vec<u64> = Vec::with_capacity(logs.len());
     'logs: for (log_index, &n) in logs.iter().enumerate() {
         let path = path_of(n);
         let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
+        lens.push(data.len() as u64);
         let (scan, damage) = scan_log_prefix(&data);
         let is_last = log_index + 1 == logs.len();
         if let Some(d) = &damage {
@@ -348,7 +352,10 @@ pub(crate) fn replay_logs(
         let from = b.log_index - usize::from(b.torn_before.is_some());
         for (i, &n) in logs.iter().enumerate().skip(from) {
             let path = path_of(n);
-            let len = fs.read(&path).map_err(|e| Error::io(&path, e))?.len() as u64;
+            let len = match lens.get(i) {
+                Some(&len) => len,
+                None => fs.read(&path).map_err(|e| Error::io(&path, e))?.len() as u64,
+            };
             bytes_dropped += if i < b.log_index {
                 len.saturating_sub(b.torn_before.unwrap_or(len))
             } else if i == b.log_index {
