@@ -138,6 +138,10 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
     let table = Ribbon64Table::parse(bytes).expect("consistent crafted table");
     let layout = Ribbon64Layout::parse(bytes).expect("consistent crafted layout");
     assert_eq!(layout.num_shards() as usize, c.num_shards);
+    assert_eq!(
+        layout.shards_by_shift(),
+        c.num_shards >= 2 && c.num_shards.is_power_of_two()
+    );
     assert_eq!(layout.solution_bytes(), c.table_start());
     let decoded = Filter::decode(bytes);
     assert_eq!(decoded.format_name(), "ribbon");
@@ -229,10 +233,12 @@ fn check_all_paths(c: &Crafted, probes: &[u64]) {
 fn crafted_layouts_answer_as_the_reference_on_every_path() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x0606);
     for upper in 1..=32u32 {
+        // Powers of two among them: the narrow queries find the shard by
+        // a shift there (`shards_by_shift`), by `fastrange64` elsewhere.
         let counts: &[usize] = if upper <= 9 || upper % 8 == 0 {
-            &[1, 2, 3, 17, 250, 2_000]
+            &[1, 2, 3, 16, 17, 250, 256, 2_000, 2_048]
         } else {
-            &[1, 2, 5, 40]
+            &[1, 2, 5, 40, 64]
         };
         for &num_shards in counts {
             let lower = random_lower(&mut rng, num_shards, upper);
@@ -253,7 +259,7 @@ fn crafted_layouts_at_the_edges() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(64);
     for upper in [1u32, 2, 3, 7, 8, 9, 16, 32] {
         for slots in [64..=64, 65..=65, 64..=127, 127..=129, 60_000..=65_535] {
-            for num_shards in [1usize, 2, 5, 33] {
+            for num_shards in [1usize, 2, 5, 32, 33] {
                 for lower in [0, 1, num_shards as u32 / 2, num_shards as u32] {
                     let lower = if upper == 1 { 0 } else { lower };
                     let c = craft(&mut rng, num_shards, slots.clone(), lower, upper);

@@ -12,7 +12,7 @@ use sievedb::filter::ribbon::{
     BuildKnobs, BuildOutcome, RibbonFormat, RowPrep, SolvePath, MAX_SEEDS, MIN_SLOTS,
 };
 use sievedb::filter::ribbon64::{
-    overhead64_for_keys, Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64,
+    overhead64_for_keys, shard_count_64, Ribbon64Layout, Ribbon64Table, SHARD_KEYS_64,
 };
 use sievedb::filter::{
     self, FilterPolicy, RibbonPolicy, FORMAT_BLOOM, FORMAT_RIBBON, FORMAT_RIBBON64,
@@ -79,7 +79,9 @@ fn no_false_negatives_at_every_size() {
         );
         if expect_ribbon {
             let table = Ribbon64Table::parse(&bytes).unwrap();
-            assert_eq!(table.shards.len() as u64, n.div_ceil(SHARD_KEYS_64 as u64));
+            let shards = shard_count_64(n as usize, SHARD_KEYS_64, false);
+            assert!(shards.is_power_of_two(), "{n}: {shards}");
+            assert_eq!(table.shards.len(), shards);
             assert_eq!(table.shards.len() as u32, outcome.shards);
             assert_eq!(table.upper_columns, 7);
         }
@@ -389,72 +391,137 @@ fn assert_paths_agree(bytes: &[u8], keys: &[u64], absent: &[u64]) {
 /// (far more keys than the 65,535 slots a shard may have: every seed
 /// fails, Bloom fallback), a shard filled up to the slot cap, and shards
 /// that get no key at all (64 zero slots, seed 0). No panic, no false
-/// negative, every query path as the reference.
+/// negative, every query path as the reference. Both with the exact shard
+/// count (`fastrange64` queries) and the default power of two (queries by
+/// a shift).
 #[test]
 fn adversarial_shard_partitions() {
     let absent: Vec<u64> = {
         let mut rng = rand::rngs::StdRng::seed_from_u64(99);
         (0..20_000).map(|_| rng.gen()).collect()
     };
-    // 100,000 distinct keys, all in shard 0 of 98: more rows than slots.
-    let n = 100_000usize;
-    let shards = n.div_ceil(SHARD_KEYS_64) as u64;
-    let keys = hashes_in_shards(1, n, shards, |s| s == 0);
-    let (bytes, outcome) = build(
-        &keys,
-        BuildKnobs {
-            max_seeds: 8,
+    for exact in [true, false] {
+        let knobs = BuildKnobs {
+            exact_shard_count_64: exact,
             ..rows64()
-        },
-    );
-    assert!(outcome.fell_back_to_bloom, "{outcome:?}");
-    assert_eq!(outcome.failed_seeds, 8, "{outcome:?}");
-    assert_paths_agree(&bytes, &keys, &absent);
+        };
+        let shards_for = |n: usize| shard_count_64(n, SHARD_KEYS_64, exact) as u64;
+        // 100,000 distinct keys, all in shard 0 (of 98, or 128): more rows
+        // than slots.
+        let n = 100_000usize;
+        let keys = hashes_in_shards(1, n, shards_for(n), |s| s == 0);
+        let (bytes, outcome) = build(
+            &keys,
+            BuildKnobs {
+                max_seeds: 8,
+                ..knobs
+            },
+        );
+        assert!(outcome.fell_back_to_bloom, "{outcome:?}");
+        assert_eq!(outcome.failed_seeds, 8, "{outcome:?}");
+        assert_paths_agree(&bytes, &keys, &absent);
 
-    // 64,000 distinct keys in shard 40 of 63: its slots clamp to 65,535
-    // (2.4% overhead, every seed fails at that shard size: Bloom), every
-    // other shard is empty.
-    let n = 64_000usize;
-    let shards = n.div_ceil(SHARD_KEYS_64) as u64;
-    let keys = hashes_in_shards(2, n, shards, |s| s == 40);
-    let (bytes, _) = build(&keys, rows64());
-    assert_paths_agree(&bytes, &keys, &absent);
-    // 40,000 distinct keys, each twice, in shard 50 of 79: clamped to
-    // 65,535 slots for 40,000 independent rows, which solve. The largest
-    // shard, back-substituted across its region's blocks.
-    let distinct = hashes_in_shards(4, 40_000, 79, |s| s == 50);
-    let mut keys = distinct.clone();
-    keys.extend_from_slice(&distinct);
-    assert_eq!(keys.len().div_ceil(SHARD_KEYS_64), 79);
-    let (bytes, outcome) = build(&keys, rows64());
-    assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
-    let table = Ribbon64Table::parse(&bytes).unwrap();
-    for (i, s) in table.shards.iter().enumerate() {
-        let want = if i == 50 { u16::MAX } else { 64 };
-        assert_eq!(s.num_slots, want, "shard {i}");
-    }
-    assert_paths_agree(&bytes, &keys, &absent);
-
-    // Keys in odd shards only: the even ones (lower and upper) are empty.
-    for bits in [10.0, 13.0] {
-        let n = 10 * SHARD_KEYS_64;
-        let keys = hashes_in_shards(3, n, 10, |s| s % 2 == 1);
-        let (bytes, outcome) = RibbonPolicy::new(bits).build_with(&keys, rows64());
+        // 64,000 distinct keys in shard 40 (of 63, or 64): its slots clamp
+        // to 65,535 (2.4% overhead, every seed fails at that shard size:
+        // Bloom), every other shard is empty.
+        let n = 64_000usize;
+        let keys = hashes_in_shards(2, n, shards_for(n), |s| s == 40);
+        let (bytes, _) = build(&keys, knobs);
+        assert_paths_agree(&bytes, &keys, &absent);
+        // 40,000 distinct keys, each twice, in shard 50 (of 79, or 64):
+        // clamped to 65,535 slots for 40,000 independent rows, which
+        // solve. The largest shard, back-substituted across its region's
+        // blocks.
+        let shards = shards_for(80_000);
+        assert_eq!(shards, if exact { 79 } else { 64 });
+        let distinct = hashes_in_shards(4, 40_000, shards, |s| s == 50);
+        let mut keys = distinct.clone();
+        keys.extend_from_slice(&distinct);
+        let (bytes, outcome) = build(&keys, knobs);
         assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
         let table = Ribbon64Table::parse(&bytes).unwrap();
-        assert_eq!(table.shards.len(), 10);
-        for (i, s) in table.shards.iter().enumerate().step_by(2) {
-            assert_eq!((s.num_slots, s.seed), (64, 0), "shard {i}");
+        assert_eq!(table.shards.len() as u64, shards);
+        for (i, s) in table.shards.iter().enumerate() {
+            let want = if i == 50 { u16::MAX } else { 64 };
+            assert_eq!(s.num_slots, want, "shard {i}");
         }
         assert_paths_agree(&bytes, &keys, &absent);
-        // An empty shard's slots are all zero: a key there passes only if
-        // its low result bits are zero.
-        let passed = absent
-            .iter()
-            .filter(|&&h| shard_of(h, 10).is_multiple_of(2))
-            .filter(|&&h| table.may_contain_reference(&bytes, h))
-            .count();
-        assert!(passed < absent.len() / 50, "{passed}");
+
+        // Keys in odd shards only (of 10, or 8): the even ones (lower and
+        // upper) are empty.
+        for bits in [10.0, 13.0] {
+            let n = 10 * SHARD_KEYS_64;
+            let shards = shards_for(n);
+            let keys = hashes_in_shards(3, n, shards, |s| s % 2 == 1);
+            let (bytes, outcome) = RibbonPolicy::new(bits).build_with(&keys, knobs);
+            assert!(!outcome.fell_back_to_bloom, "{outcome:?}");
+            let table = Ribbon64Table::parse(&bytes).unwrap();
+            assert_eq!(table.shards.len() as u64, shards);
+            for (i, s) in table.shards.iter().enumerate().step_by(2) {
+                assert_eq!((s.num_slots, s.seed), (64, 0), "shard {i}");
+            }
+            assert_paths_agree(&bytes, &keys, &absent);
+            // An empty shard's slots are all zero: a key there passes only
+            // if its low result bits are zero.
+            let passed = absent
+                .iter()
+                .filter(|&&h| shard_of(h, shards).is_multiple_of(2))
+                .filter(|&&h| table.may_contain_reference(&bytes, h))
+                .count();
+            assert!(passed < absent.len() / 50, "{passed}");
+        }
+    }
+}
+
+/// The shard count: the power of two nearest `ceil(keys / 1,024)` on a log
+/// scale by default (so the queries find a shard by a shift), exactly that
+/// with the knob; the layout knows which form its queries take.
+#[test]
+fn shard_counts_are_powers_of_two_unless_asked_for_exact() {
+    for (n, want) in [
+        (0usize, 1usize),
+        (1, 1),
+        (1_024, 1),
+        (1_025, 2),
+        (3_000, 4),     // 3: nearer 4 than 2
+        (5_121, 8),     // 6: 6 / 4 > 8 / 6
+        (10_000, 8),    // 10: 10 / 8 < 16 / 10
+        (100_000, 128), // 98
+        (700_000, 512), // 684
+        (1_000_000, 1_024),
+    ] {
+        let got = shard_count_64(n, SHARD_KEYS_64, false);
+        let exact = shard_count_64(n, SHARD_KEYS_64, true);
+        assert_eq!(got, want, "{n}");
+        assert_eq!(exact, n.div_ceil(SHARD_KEYS_64).max(1), "{n}");
+        // Nearest on a log scale: within a factor sqrt(2) of the exact
+        // count.
+        let ratio = got as f64 / exact as f64;
+        assert!(
+            (0.5f64.sqrt()..=2f64.sqrt()).contains(&ratio),
+            "{n}: {got} for {exact}"
+        );
+    }
+    // A shard of at most 60,000 keys on average whatever the rounding.
+    assert_eq!(shard_count_64(90_000, 60_000, false), 2);
+    for n in [10_000u64, 1_000_000] {
+        let keys = hashes(n, 5);
+        for exact in [true, false] {
+            let knobs = BuildKnobs {
+                exact_shard_count_64: exact,
+                ..rows64()
+            };
+            let (bytes, outcome) = build(&keys, knobs);
+            let layout = Ribbon64Layout::parse(&bytes).unwrap();
+            let count = shard_count_64(n as usize, SHARD_KEYS_64, exact);
+            assert_eq!(layout.num_shards() as usize, count, "{n}");
+            assert_eq!(outcome.shards as usize, count, "{n}");
+            assert_eq!(
+                layout.shards_by_shift(),
+                count.is_power_of_two() && count > 1
+            );
+            assert_paths_agree(&bytes, &keys[..10_000], &hashes(10_000, 6));
+        }
     }
 }
 

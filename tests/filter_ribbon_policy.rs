@@ -26,8 +26,8 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use sievedb::filter::ribbon::{BuildKnobs, BuildOutcome, MAX_SEEDS, MIN_SLOTS};
 use sievedb::filter::ribbon64::{
-    overhead64_for_keys, Ribbon64Layout, Ribbon64Table, SHARD_ENTRY_BYTES, SHARD_KEYS_64,
-    TRAILER_BYTES,
+    overhead64_for_keys, shard_count_64, Ribbon64Layout, Ribbon64Table, SHARD_ENTRY_BYTES,
+    SHARD_KEYS_64, TRAILER_BYTES,
 };
 use sievedb::filter::{
     self, BloomPolicy, Filter, FilterPolicy, RibbonPolicy, Unfiltered, FORMAT_BLOOM,
@@ -266,10 +266,13 @@ fn fp_rate_and_size_at_a_million_keys() {
     let m = million();
     let policy = RibbonPolicy::default();
     let layout = Ribbon64Layout::parse(&m.bytes).expect("a format 0x06 filter");
+    // 1,024 shards of about 977 keys: a power of two, found by a shift.
     assert_eq!(
         layout.num_shards() as usize,
-        m.keys.len().div_ceil(SHARD_KEYS_64)
+        shard_count_64(m.keys.len(), SHARD_KEYS_64, false)
     );
+    assert_eq!(layout.num_shards(), 1_024);
+    assert!(layout.shards_by_shift());
     // Fractional result bits: both column counts are used.
     assert!(layout.lower_shards() > 0 && layout.lower_shards() < layout.num_shards());
     let expected = layout.expected_fp_rate();
@@ -317,7 +320,7 @@ fn small_sets_fall_back_to_bloom_and_large_ones_do_not() {
         assert_eq!(bytes.last(), Some(&FORMAT_RIBBON64), "{n} keys");
         assert_eq!(
             outcome.shards as usize,
-            (n as usize).div_ceil(SHARD_KEYS_64),
+            shard_count_64(n as usize, SHARD_KEYS_64, false),
             "{n} keys"
         );
         assert_eq!(Filter::decode(&bytes).format_name(), "ribbon");
@@ -368,12 +371,13 @@ fn forced_failures_still_give_filters_without_false_negatives() {
     }
 }
 
-/// A small filter of several shards (lower and upper ones).
+/// A small filter of several shards (lower and upper ones): 3,072 keys in
+/// 4 shards.
 fn small_ribbon() -> (Vec<u64>, Vec<u8>) {
     let keys = hashes(3 * SHARD_KEYS_64 as u64, 21);
     let bytes = RibbonPolicy::default().build(&keys);
     let table = Ribbon64Table::parse(&bytes).expect("a format 0x06 filter");
-    assert_eq!(table.shards.len(), 3);
+    assert_eq!(table.shards.len(), 4);
     assert!(table.lower_shards > 0 && (table.lower_shards as usize) < table.shards.len());
     (keys, bytes)
 }

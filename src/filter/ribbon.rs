@@ -417,6 +417,12 @@ pub struct BuildKnobs {
     /// every choice writes the same bytes; for tests and benchmarks that
     /// compare them).
     pub rows: RowPrep,
+    /// Split format 0x06 builds into exactly `ceil(keys / shard_keys_64)`
+    /// shards, as builds before the twenty-sixth session did, instead of
+    /// the nearest power of two (default `false`; see
+    /// [`shard_count_64`](super::ribbon64::shard_count_64); for tests of
+    /// the queries' `fastrange64` form and benchmarks that compare them).
+    pub exact_shard_count_64: bool,
 }
 
 /// How a format-0x06 build prepares its rows ([`BuildKnobs::rows`]).
@@ -473,6 +479,7 @@ impl Default for BuildKnobs {
             lanes_64: super::ribbon64::LANES_64,
             band_baseline: false,
             rows: RowPrep::Detect,
+            exact_shard_count_64: false,
         }
     }
 }

@@ -98,6 +98,15 @@
 //! << (64 - s)` (only the first word when `s` is 0). The key may be present
 //! iff for every column `c < cols_i`, the parity of `window & coeff` equals
 //! bit `c` of `result`.
+//!
+//! # Shard counts
+//!
+//! The format allows any shard count. The builder picks a power of two
+//! ([`shard_count_64`]): for `num_shards = 2^k`, `k >= 1`, the shard
+//! `fastrange64(h, num_shards)` is `h >> (64 - k)`, and the narrow queries
+//! compute it so (one shift instead of a 128-bit multiply before the shard
+//! entry's load; the same shard). Tables with other counts, written before
+//! that choice, take the multiply.
 
 use super::fastrange64;
 use crate::filter::FORMAT_RIBBON64;
@@ -116,7 +125,7 @@ mod rows_avx512;
 
 pub use band::elimination_steps;
 pub(crate) use build::build;
-pub use build::{overhead64_for_keys, LANES_64, SHARD_KEYS_64};
+pub use build::{overhead64_for_keys, shard_count_64, LANES_64, SHARD_KEYS_64};
 pub use layout::Ribbon64Layout;
 pub(crate) use query::Ribbon64Source;
 

@@ -155,6 +155,12 @@ impl ShardedKeys {
         index: ShardIndex,
     ) -> ShardedKeys {
         let num_shards = num_shards.max(1);
+        if num_shards >= 2 && num_shards.is_power_of_two() {
+            // `fastrange64(h, 2^k)` is `h >> (64 - k)`: one shift, the same
+            // shard (format 0x06 builds choose such counts).
+            let shift = 64 - num_shards.trailing_zeros();
+            return Self::partition(key_hashes, num_shards, move |h| (h >> shift) as usize);
+        }
         // The narrow form needs a shard count below 2^32: every realistic
         // one (a shard holds about a thousand keys).
         match (index, u32::try_from(num_shards)) {
@@ -528,6 +534,11 @@ mod tests {
             (5000, 2),
             (200_000, 196),
             (STAGED_FROM_BYTES as u64 / 8 + 1, 513),
+            // Powers of two, which `with_index` partitions by a shift.
+            (100, 2),
+            (1000, 64),
+            (200_000, 256),
+            (STAGED_FROM_BYTES as u64 / 8 + 1, 1024),
         ] {
             assert_partitions(&hashes(count, count ^ shards as u64), shards);
         }

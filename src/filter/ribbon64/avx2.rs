@@ -82,20 +82,29 @@ static INTERLEAVED: [u8; 256] = {
 /// columns and at most `NARROW_MAX_SLOTS` slots (the conditions of
 /// `Path64::narrow`), `solution` points to at least `layout.table_start`
 /// readable bytes that hold the solution of the bytes it was parsed from
-/// (only their length matters for safety), and the CPU supports AVX2.
+/// (only their length matters for safety), the CPU supports AVX2, and if
+/// `BY_SHIFT`, `layout.shard_shift != 0` (`BY_SHIFT` as in the AVX-512
+/// `narrow_unchecked`).
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn narrow_unchecked(
+pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     layout: &Ribbon64Layout,
     solution: *const u8,
     key_hash: u64,
 ) -> bool {
     debug_assert!(layout.upper_columns <= 8);
-    let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
+    debug_assert!(!BY_SHIFT || layout.shard_shift != 0);
+    let index = if BY_SHIFT {
+        (key_hash >> layout.shard_shift) as usize
+    } else {
+        fastrange64(key_hash, layout.num_shards as u64) as usize
+    };
     debug_assert!(index < layout.shards.len());
-    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `from_table` made
-    // one entry per shard of a parsed table (`shards.len() == num_shards
-    // >= 1`).
+    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`; with `BY_SHIFT`,
+    // `shard_shift = 64 - k` for `num_shards = 2^k`, `k >= 1` (the
+    // caller's contract, `shard_shift`), and `h >> (64 - k) < 2^k`.
+    // `from_table` made one entry per shard of a parsed table
+    // (`shards.len() == num_shards >= 1`).
     let shard = unsafe { layout.shards.get_unchecked(index) };
     let k = layout.constants;
     debug_assert_eq!(k, NARROW_CONSTANTS);

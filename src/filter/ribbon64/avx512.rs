@@ -31,7 +31,9 @@ fn odd_columns(a: __m512i, b: __m512i, slot: u64, coeff: u64) -> u8 {
 
 /// Same answer as `Ribbon64Table::may_contain_reference` for layouts of at
 /// most 8 upper columns (every shard has 1 to 8): one chunk, no loop and
-/// no bounds checks.
+/// no bounds checks. `BY_SHIFT`: the key's shard is `key_hash >>
+/// layout.shard_shift` (the same shard as `fastrange64`, for layouts
+/// whose shard count is a power of two), else `fastrange64`.
 ///
 /// # Safety
 ///
@@ -40,21 +42,28 @@ fn odd_columns(a: __m512i, b: __m512i, slot: u64, coeff: u64) -> u8 {
 /// columns and at most `NARROW_MAX_SLOTS` slots (the conditions of
 /// `Path64::avx512`), `solution` points to at least `layout.table_start` readable
 /// bytes that hold the solution of the bytes it was parsed from (only their
-/// length matters for safety), and the CPU supports AVX-512 F, VL, VBMI2,
-/// VPOPCNTDQ and BMI2.
+/// length matters for safety), the CPU supports AVX-512 F, VL, VBMI2,
+/// VPOPCNTDQ and BMI2, and if `BY_SHIFT`, `layout.shard_shift != 0`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-pub(super) unsafe fn narrow_unchecked(
+pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     layout: &Ribbon64Layout,
     solution: *const u8,
     key_hash: u64,
 ) -> bool {
     debug_assert!(layout.upper_columns <= 8);
-    let index = fastrange64(key_hash, layout.num_shards as u64) as usize;
+    debug_assert!(!BY_SHIFT || layout.shard_shift != 0);
+    let index = if BY_SHIFT {
+        (key_hash >> layout.shard_shift) as usize
+    } else {
+        fastrange64(key_hash, layout.num_shards as u64) as usize
+    };
     debug_assert!(index < layout.shards.len());
-    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`, and `from_table` made
-    // one entry per shard of a parsed table (`shards.len() == num_shards
-    // >= 1`).
+    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`; with `BY_SHIFT`,
+    // `shard_shift = 64 - k` for `num_shards = 2^k`, `k >= 1` (the
+    // caller's contract, `shard_shift`), and `h >> (64 - k) < 2^k`.
+    // `from_table` made one entry per shard of a parsed table
+    // (`shards.len() == num_shards >= 1`).
     let shard = unsafe { layout.shards.get_unchecked(index) };
     // `layout.constants` rather than the constants themselves: see
     // `NarrowConstants`.

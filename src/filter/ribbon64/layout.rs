@@ -125,6 +125,17 @@ fn column_lanes(columns: u32) -> u8 {
     ((1u32 << columns.min(8)) - 1) as u8
 }
 
+/// [`Ribbon64Layout::shard_shift`] for `num_shards` shards: `64 - k` for
+/// `num_shards = 2^k` with `k >= 1`, else 0 (one shard, or a count that is
+/// not a power of two: the queries then compute `fastrange64`).
+pub(super) fn shard_shift(num_shards: u32) -> u32 {
+    if num_shards >= 2 && num_shards.is_power_of_two() {
+        64 - num_shards.trailing_zeros()
+    } else {
+        0
+    }
+}
+
 /// Which code checks a key's columns, picked once per parsed layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Path64 {
@@ -237,6 +248,12 @@ pub(super) type QueryFn64 = unsafe fn(&Ribbon64Layout, &[u8], u64) -> bool;
 #[derive(Debug, Clone)]
 pub struct Ribbon64Layout {
     pub(super) num_shards: u32,
+    /// `64 - log2(num_shards)` when the shard count is a power of two of
+    /// at least 2, else 0. Then `fastrange64(h, num_shards)`, the key's
+    /// shard, is `h >> shard_shift`: the narrow queries take that form
+    /// (one shift instead of a 64 x 64 -> 128-bit multiply on the way to
+    /// the shard entry), the same shard either way.
+    pub(super) shard_shift: u32,
     pub(super) lower_shards: u32,
     pub(super) upper_columns: u32,
     /// Byte offset of the shard table: every solution word a key reads
@@ -294,6 +311,7 @@ pub(super) const NARROW_CONSTANTS: NarrowConstants = NarrowConstants {
 impl PartialEq for Ribbon64Layout {
     fn eq(&self, other: &Self) -> bool {
         self.num_shards == other.num_shards
+            && self.shard_shift == other.shard_shift
             && self.lower_shards == other.lower_shards
             && self.upper_columns == other.upper_columns
             && self.table_start == other.table_start
@@ -348,6 +366,7 @@ impl Ribbon64Layout {
         let path = Path64::detect(table.upper_columns, num_slots);
         Some(Ribbon64Layout {
             num_shards,
+            shard_shift: shard_shift(num_shards),
             lower_shards: table.lower_shards,
             upper_columns: table.upper_columns,
             table_start: table.table_start,
@@ -379,6 +398,7 @@ impl Ribbon64Layout {
         let path = Path64::Portable;
         Ribbon64Layout {
             num_shards: 0,
+            shard_shift: 0,
             lower_shards: 0,
             upper_columns: 1,
             table_start: 0,
@@ -438,6 +458,14 @@ impl Ribbon64Layout {
     #[doc(hidden)]
     pub fn uses_avx512_narrow(&self) -> bool {
         self.path == Path64::Avx512Narrow
+    }
+
+    /// Whether the narrow queries find a key's shard by a shift (the shard
+    /// count is a power of two of at least 2) rather than by
+    /// `fastrange64`; for tests.
+    #[doc(hidden)]
+    pub fn shards_by_shift(&self) -> bool {
+        self.shard_shift != 0
     }
 
     /// Whether [`may_contain`](Self::may_contain) takes the narrow AVX2

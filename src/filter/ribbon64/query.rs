@@ -87,9 +87,12 @@ impl Ribbon64Layout {
         // layout that the narrow query covers (never the empty layout).
         #[cfg(target_arch = "x86_64")]
         if self.unchecked_len != usize::MAX {
-            match self.path {
-                Path64::Avx512Narrow => return query_narrow::<F>,
-                Path64::Avx2Narrow => return query_narrow_avx2::<F>,
+            let by_shift = self.shard_shift != 0;
+            match (self.path, by_shift) {
+                (Path64::Avx512Narrow, true) => return query_narrow::<F, true>,
+                (Path64::Avx512Narrow, false) => return query_narrow::<F, false>,
+                (Path64::Avx2Narrow, true) => return query_narrow_avx2::<F, true>,
+                (Path64::Avx2Narrow, false) => return query_narrow_avx2::<F, false>,
                 _ => {}
             }
         }
@@ -214,8 +217,15 @@ impl Ribbon64Layout {
         // slice length reaches), and
         // then equals `table_start`: `bytes` holds the whole solution. The
         // CPU has every feature `narrow_unchecked` needs (this function's
-        // target features).
-        unsafe { avx512::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+        // target features), and the shift form is taken only with
+        // `shard_shift != 0`.
+        unsafe {
+            if self.shard_shift != 0 {
+                avx512::narrow_unchecked::<true>(self, bytes.as_ptr(), key_hash)
+            } else {
+                avx512::narrow_unchecked::<false>(self, bytes.as_ptr(), key_hash)
+            }
+        }
     }
 
     /// The narrow AVX2 query (at most 8 upper columns): as the narrow
@@ -230,8 +240,15 @@ impl Ribbon64Layout {
         // SAFETY: as in `may_contain_avx512_narrow`: `unchecked_len` is
         // below `usize::MAX` only for a parsed layout the narrow queries
         // cover, and then equals `table_start`, so `bytes` holds the whole
-        // solution. The CPU has AVX2 (this function's target feature).
-        unsafe { avx2::narrow_unchecked(self, bytes.as_ptr(), key_hash) }
+        // solution. The CPU has AVX2 (this function's target feature), and
+        // the shift form is taken only with `shard_shift != 0`.
+        unsafe {
+            if self.shard_shift != 0 {
+                avx2::narrow_unchecked::<true>(self, bytes.as_ptr(), key_hash)
+            } else {
+                avx2::narrow_unchecked::<false>(self, bytes.as_ptr(), key_hash)
+            }
+        }
     }
 
     /// A narrow query's answer for bytes shorter than the
@@ -334,19 +351,26 @@ unsafe fn query_via_layout<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool
 /// # Safety
 ///
 /// Must be the function [`Ribbon64Layout::query_fn_for`] returned for the
-/// filter's layout (its path is the narrow AVX2 one, so the CPU has AVX2).
+/// filter's layout (its path is the narrow AVX2 one, so the CPU has AVX2;
+/// `BY_SHIFT` only if its `shard_shift` is not 0).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn query_narrow_avx2<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool {
+unsafe fn query_narrow_avx2<F: Ribbon64Source, const BY_SHIFT: bool>(
+    filter: &F,
+    key_hash: u64,
+) -> bool {
     let layout = filter.ribbon64();
     debug_assert_eq!(layout.path, Path64::Avx2Narrow);
     debug_assert!(filter.ribbon64_bytes().len() >= layout.table_start);
     // SAFETY: as in `query_narrow`: `query_fn_for` returns this function
     // only for a layout on the narrow AVX2 path whose `unchecked_len` is not
     // `usize::MAX` (a parsed layout the narrow queries cover, on that path
-    // only when the CPU has AVX2), and by `F`'s contract the layout was
+    // only when the CPU has AVX2), with `BY_SHIFT` only if its
+    // `shard_shift` is not 0, and by `F`'s contract the layout was
     // parsed from exactly `ribbon64_bytes()`, at least `table_start` long.
-    unsafe { avx2::narrow_unchecked(layout, filter.ribbon64_bytes().as_ptr(), key_hash) }
+    unsafe {
+        avx2::narrow_unchecked::<BY_SHIFT>(layout, filter.ribbon64_bytes().as_ptr(), key_hash)
+    }
 }
 
 /// The narrow AVX-512 query of a decoded filter, with no length check:
@@ -356,10 +380,11 @@ unsafe fn query_narrow_avx2<F: Ribbon64Source>(filter: &F, key_hash: u64) -> boo
 ///
 /// Must be the function [`Ribbon64Layout::query_fn_for`] returned for the
 /// filter's layout (its path is the narrow AVX-512 one, so the CPU has
-/// AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2).
+/// AVX-512 F, VL, VBMI2, VPOPCNTDQ and BMI2; `BY_SHIFT` only if its
+/// `shard_shift` is not 0).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512vbmi2,avx512vpopcntdq,bmi2")]
-unsafe fn query_narrow<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool {
+unsafe fn query_narrow<F: Ribbon64Source, const BY_SHIFT: bool>(filter: &F, key_hash: u64) -> bool {
     let layout = filter.ribbon64();
     debug_assert_eq!(layout.path, Path64::Avx512Narrow);
     debug_assert!(filter.ribbon64_bytes().len() >= layout.table_start);
@@ -371,6 +396,9 @@ unsafe fn query_narrow<F: Ribbon64Source>(filter: &F, key_hash: u64) -> bool {
     // features (`detect`, `on_path`); layouts are not modified after that.
     // By `F`'s contract the layout was parsed from exactly
     // `ribbon64_bytes()`, whose length `parse` checked is at least
-    // `table_start`.
-    unsafe { avx512::narrow_unchecked(layout, filter.ribbon64_bytes().as_ptr(), key_hash) }
+    // `table_start`. `query_fn_for` sets `BY_SHIFT` only if the layout's
+    // `shard_shift` is not 0.
+    unsafe {
+        avx512::narrow_unchecked::<BY_SHIFT>(layout, filter.ribbon64_bytes().as_ptr(), key_hash)
+    }
 }
