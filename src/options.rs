@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::batch::ONE_PUT_RECORD_OVERHEAD;
 use crate::error::{Error, Result};
 use crate::filter::budget::FilterBudget;
-use crate::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
+use crate::filter::{key_hash, BloomPolicy, Filter, FilterPolicy, Unfiltered, BUILTIN_NAME_PREFIX};
 use crate::fs::{FileSystem, RealFs};
 use crate::recovery::WalRecovery;
 use crate::sstable::Compression;
@@ -351,8 +351,10 @@ impl Options {
 /// read back as built-in filter bytes, whatever it wrote. A custom policy
 /// under such a name (a wrapper that salts the hashes, say) would then be
 /// queried the wrong way: false negatives, keys that exist reported
-/// absent. So such a policy must build filters that read back as built-in
-/// ones without a false negative, checked on 256 key hashes.
+/// absent. Or its bytes would not decode at all, and every table would
+/// carry a filter that costs memory and never saves a read. So such a
+/// policy must build filters that decode as built-in ones and read back
+/// without a false negative, checked on 256 key hashes.
 fn check_reserved_policy_name(policy: &Arc<dyn FilterPolicy>) -> Result<()> {
     let name = policy.name();
     if !name.starts_with(BUILTIN_NAME_PREFIX) {
@@ -360,7 +362,8 @@ fn check_reserved_policy_name(policy: &Arc<dyn FilterPolicy>) -> Result<()> {
     }
     let hashes: Vec<u64> = (0..256u64).map(|i| key_hash(&i.to_le_bytes())).collect();
     let filter = Filter::for_policy(name, policy.build(&hashes), policy);
-    if hashes.iter().all(|&h| filter.may_contain(h)) {
+    let decodes = filter.unfiltered() != Some(Unfiltered::Undecodable);
+    if decodes && hashes.iter().all(|&h| filter.may_contain(h)) {
         Ok(())
     } else {
         Err(Error::invalid(format!(

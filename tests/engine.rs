@@ -434,6 +434,24 @@ impl sievedb::filter::FilterPolicy for SaltedBloom {
     }
 }
 
+/// A "filter" of the raw hashes under a reserved name: no false negative
+/// through its own `may_contain`, but bytes no built-in decoder reads.
+struct RawHashes;
+
+impl sievedb::filter::FilterPolicy for RawHashes {
+    fn name(&self) -> &str {
+        "sievedb.Mine"
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        key_hashes.iter().flat_map(|h| h.to_le_bytes()).collect()
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        filter
+            .chunks_exact(8)
+            .any(|c| c == key_hash.to_le_bytes().as_slice())
+    }
+}
+
 /// Regression: a custom policy named with the built-in prefix `sievedb.`
 /// had its filters read as built-in bytes, so a salted wrapper gave false
 /// negatives (keys that exist reported absent). `Db::open` now refuses a
@@ -448,6 +466,17 @@ fn a_custom_policy_under_the_reserved_prefix_is_refused() {
         ..small_options()
     };
     match Db::open(dir.path(), opts("sievedb.SaltedBloom")) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("reserved prefix"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // Nor may such a policy write bytes that do not decode as a built-in
+    // filter at all (each hash as 8 raw bytes): they would read back as
+    // "may contain" everything, a filter that never saves a read.
+    let raw = Options {
+        filter_policy: Arc::new(RawHashes),
+        ..small_options()
+    };
+    match Db::open(dir.path(), raw) {
         Err(Error::InvalidArgument(why)) => assert!(why.contains("reserved prefix"), "{why}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }

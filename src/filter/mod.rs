@@ -126,7 +126,8 @@ pub trait FilterPolicy: Send + Sync {
     /// recorded under such a name are read as built-in filter bytes, so a
     /// custom policy must not use that prefix
     /// ([`Options::validate`](crate::Options::validate) refuses one whose
-    /// filters do not read back as built-in ones).
+    /// filters do not decode as built-in ones or give a false negative when
+    /// read that way).
     fn name(&self) -> &str;
 
     /// Builds filter bytes for a set of key hashes (from [`key_hash`]).
