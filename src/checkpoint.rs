@@ -50,6 +50,26 @@ impl DbInner {
         if dest.as_os_str().is_empty() {
             return Err(Error::invalid("checkpoint destination is an empty path"));
         }
+        // A destination inside the database directory named like one of
+        // its files takes a file number the engine will hand out: the
+        // flush or open that gets to it cannot create its file (found by
+        // review, twenty-sixth session).
+        if let Some(name) = dest.file_name().and_then(|n| n.to_str()) {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let inside = match (parent.canonicalize(), self.dir.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            };
+            if inside && crate::db::engine_file_number(name).is_some() {
+                return Err(Error::invalid(format!(
+                    "checkpoint destination {} is in the database directory under the name                      of one of its files: choose another name",
+                    dest.display()
+                )));
+            }
+        }
         if dest.exists() && !dest.is_dir() {
             return Err(Error::invalid(format!(
                 "checkpoint destination {} is not a directory",

@@ -332,7 +332,8 @@ impl Db {
         }
         mstate.levels.resize(opts.num_levels, Vec::new());
 
-        let names = list_files(fs.as_ref(), &dir).map_err(io_err(&dir))?;
+        let all_names = fs.list_dir(&dir).map_err(io_err(&dir))?;
+        let names = files_only(&dir, all_names.clone());
         // No `CURRENT` means a new database, unless the directory already
         // holds tables: only a flush or compaction writes one, and they run
         // after an open that wrote `CURRENT` (which is replaced by an atomic
@@ -363,23 +364,19 @@ impl Db {
         for n in named.chain([mstate.log_number]) {
             max_number = max_number.max(n.saturating_add(1));
         }
-        let mut logs = Vec::new();
-        for name in &names {
-            if let Some(n) = parse_numbered(name, ".log") {
-                max_number = max_number.max(n + 1);
-                if n >= mstate.log_number {
-                    logs.push(n);
-                }
-            } else if let Some(n) = parse_numbered(name, ".sst")
-                .or_else(|| parse_numbered(name, ".log.dropped"))
-                .or_else(|| {
-                    name.strip_prefix("MANIFEST-")
-                        .and_then(|rest| parse_numbered(rest, ""))
-                })
-            {
+        // Directories named like our files count too (they are not
+        // replayed or deleted, but a new file of that name could not be
+        // created: found by review, twenty-sixth session).
+        for name in &all_names {
+            if let Some(n) = engine_file_number(name) {
                 max_number = max_number.max(n + 1);
             }
         }
+        let mut logs: Vec<u64> = names
+            .iter()
+            .filter_map(|name| parse_numbered(name, ".log"))
+            .filter(|&n| n >= mstate.log_number)
+            .collect();
         logs.sort_unstable();
         // File names are capped (`parse_numbered`); a manifest whose next
         // file number, or a table or log it names, is not would make the
@@ -1086,12 +1083,6 @@ fn lock_exclusive(file: &File) -> std::io::Result<bool> {
     }
 }
 
-/// The number of a file named as this engine names them (`{n:06}` and
-/// `suffix`, as [`log_file_name`] and `table_file_name` write), or `None`.
-/// Only exact names count: a directory may hold other programs' files (an
-/// application's `1.log`), and the open deletes the files it takes for its
-/// own obsolete ones. Numbers above [`MAX_FILE_NUMBER`] are not ours
-/// either (the next number must not overflow).
 /// The entries of `dir` that may be the engine's files: all but those the
 /// real filesystem says are directories. A directory named like an engine
 /// file (another program's, or a checkpoint made inside the database) was
@@ -1099,11 +1090,34 @@ fn lock_exclusive(file: &File) -> std::io::Result<bool> {
 /// (found by review, twenty-fifth session). Names the real filesystem does
 /// not know (a [`FileSystem`] of the caller's own) are kept.
 pub(crate) fn list_files(fs: &dyn FileSystem, dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut names = fs.list_dir(dir)?;
-    names.retain(|n| std::fs::symlink_metadata(dir.join(n)).map_or(true, |m| !m.is_dir()));
-    Ok(names)
+    Ok(files_only(dir, fs.list_dir(dir)?))
 }
 
+/// `names` (entries of `dir`) without those the real filesystem says are
+/// directories ([`list_files`]).
+fn files_only(dir: &Path, mut names: Vec<String>) -> Vec<String> {
+    names.retain(|n| std::fs::symlink_metadata(dir.join(n)).map_or(true, |m| !m.is_dir()));
+    names
+}
+
+/// The number a name of `dir` would take from the engine's numbering: a
+/// table, log, set-aside log or manifest name ([`parse_numbered`]).
+pub(crate) fn engine_file_number(name: &str) -> Option<u64> {
+    parse_numbered(name, ".log")
+        .or_else(|| parse_numbered(name, ".sst"))
+        .or_else(|| parse_numbered(name, ".log.dropped"))
+        .or_else(|| {
+            name.strip_prefix("MANIFEST-")
+                .and_then(|rest| parse_numbered(rest, ""))
+        })
+}
+
+/// The number of a file named as this engine names them (`{n:06}` and
+/// `suffix`, as [`log_file_name`] and `table_file_name` write), or `None`.
+/// Only exact names count: a directory may hold other programs' files (an
+/// application's `1.log`), and the open deletes the files it takes for its
+/// own obsolete ones. Numbers above [`MAX_FILE_NUMBER`] are not ours
+/// either (the next number must not overflow).
 pub(crate) fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     let stem = name.strip_suffix(suffix)?;
     if !stem.bytes().all(|b| b.is_ascii_digit()) {

@@ -59,6 +59,11 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     /// Reads the whole of `path`.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// The length of the file `path` in bytes. The default reads it whole
+    /// ([`read`](Self::read)); [`RealFs`] asks the filesystem.
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        self.read(path).map(|data| data.len() as u64)
+    }
     /// Atomically renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes the file `path`.
@@ -133,6 +138,9 @@ impl FileSystem for RealFs {
         File::open(path)?.read_to_end(&mut out)?;
         Ok(out)
     }
+    fn file_len(&self, path: &Path) -> io::Result<u64> {
+        Ok(fs::metadata(path)?.len())
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
     }
@@ -160,10 +168,19 @@ impl FileSystem for RealFs {
         f.sync_all()
     }
     fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
-        // A hard link shares the (already synced) data; it fails across
-        // filesystems and on some that lack links, where a copy does.
+        // A hard link shares the data; it fails across filesystems and on
+        // some that lack links, where a copy does. The linked data is
+        // synced too: a table's already is (a cheap no-op), but a log set
+        // aside by a point-in-time open may still have its tail only in
+        // the page cache after a process crash (found by review).
         match fs::hard_link(from, to) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                let synced = File::open(to).and_then(|f| f.sync_all());
+                if synced.is_err() {
+                    let _ = fs::remove_file(to);
+                }
+                return synced;
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(e),
             Err(_) => {}
         }

@@ -70,7 +70,7 @@ pub struct Options {
     /// database as it was just before the damage and set the rest of the
     /// logs aside ([`WalRecovery::PointInTime`]). The default,
     /// [`WalRecovery::Auto`], is point-in-time for exactly what a power cut
-    /// can leave when `sync_writes` is false (a hole in the last log, whose
+    /// can leave when `sync_writes` is false (a hole in the last log with data, whose
     /// pages the filesystem may write back out of order) and strict for
     /// everything else.
     pub wal_recovery: WalRecovery,

@@ -90,7 +90,7 @@ pub enum WalRecovery {
 /// Appended to the reason of a damaged log record that
 /// [`WalRecovery::Auto`] refuses: what the operator can do about it.
 const AUTO_REFUSED_HINT: &str = " (not what a power cut leaves in a log written with \
-     sync_writes = false: the log was ended and synced, or later logs follow it, or \
+     sync_writes = false: the log was ended and synced, or later logs with data follow it, or \
      sync_writes is true; WalRecovery::PointInTime opens the database as it was before \
      the damage)";
 
@@ -118,9 +118,35 @@ fn ends_with_seal(data: &[u8]) -> bool {
     }
 }
 
+/// Whether a log followed by the logs `later` (by number; `path_of` names
+/// their files) is the last one written to: every later log is empty.
+///
+/// A later log that exists but holds no byte comes from an open that
+/// crashed between creating its new log and writing its manifest (the
+/// next open then replays the same logs, plus that empty one), or from a
+/// memtable switch whose new log took no write that reached the disk;
+/// either way the log before it is the last one writes went to. Found by
+/// review: a power cut during an open that was recovering a hole in the
+/// last log left such an empty log, and the next open then refused the
+/// hole as damage in an earlier log (135 of 447 cuts in the review's
+/// sweep).
+fn last_with_data(
+    fs: &dyn FileSystem,
+    later: &[u64],
+    path_of: impl Fn(u64) -> PathBuf,
+) -> Result<bool> {
+    for &n in later {
+        let path = path_of(n);
+        if fs.file_len(&path).map_err(|e| Error::io(&path, e))? > 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Whether damaged bytes with intact records after them (not a torn tail)
 /// stop the replay, rather than fail the open, in the log `data`, the last
-/// of the logs replayed or not (`is_last`).
+/// log with data or not (`is_last`, [`last_with_data`]).
 ///
 /// Under [`WalRecovery::Auto`] only what a power cut can leave does: a
 /// hole in the last log (every earlier one was synced whole before the
@@ -264,8 +290,8 @@ pub(crate) fn replay_logs(
         let data = fs.read(&path).map_err(|e| Error::io(&path, e))?;
         lens.push(data.len() as u64);
         let (scan, damage) = scan_log_prefix(&data);
-        let is_last = log_index + 1 == logs.len();
         if let Some(d) = &damage {
+            let is_last = last_with_data(fs, &logs[log_index + 1..], &path_of)?;
             if !damage_stops(mode, sync_writes, is_last, &data) {
                 let mut reason = format!("{}, and a valid record follows it", d.reason);
                 if mode == WalRecovery::Auto {
@@ -354,7 +380,7 @@ pub(crate) fn replay_logs(
             let path = path_of(n);
             let len = match lens.get(i) {
                 Some(&len) => len,
-                None => fs.read(&path).map_err(|e| Error::io(&path, e))?.len() as u64,
+                None => fs.file_len(&path).map_err(|e| Error::io(&path, e))?,
             };
             bytes_dropped += if i < b.log_index {
                 len.saturating_sub(b.torn_before.unwrap_or(len))

@@ -346,6 +346,32 @@ fn auto_stops_only_where_a_power_cut_can_leave_a_hole() {
     assert_eq!(stop.set_aside, vec![dropped(&second)]);
     drop(db);
 
+    // The same hole with an empty log after it, as an open that crashed
+    // between creating its new log and writing its manifest leaves: still
+    // the last log with data, still a hole.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, second, _) = two_logs(dir.path());
+    damage_record_at(&second, d_at);
+    let n = |p: &Path| -> u64 { p.file_stem().unwrap().to_str().unwrap().parse().unwrap() };
+    let empty = log_path(dir.path(), n(&second) + 1);
+    std::fs::write(&empty, b"").unwrap();
+    let db = open(dir.path(), false).unwrap();
+    assert_eq!(
+        reads(&db),
+        vec![some(b"1"), some(b"2"), None, None, None],
+        "an empty later log"
+    );
+    let stop = db.recovery_report().stopped.clone().expect("stopped");
+    assert_eq!((stop.log, stop.offset), (second.clone(), d_at));
+    assert_eq!(stop.set_aside, vec![dropped(&second), dropped(&empty)]);
+    drop(db);
+    // With a byte in the later log, the damaged log is an earlier one.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, second, _) = two_logs(dir.path());
+    damage_record_at(&second, d_at);
+    std::fs::write(log_path(dir.path(), n(&second) + 1), b"x").unwrap();
+    refused(open(dir.path(), false), &second, "a later log with data");
+
     // Damage in an earlier log (synced whole at the switch).
     let dir = tempfile::tempdir().unwrap();
     let (first, _, b_at) = two_logs(dir.path());
