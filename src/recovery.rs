@@ -57,7 +57,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::key::SequenceNumber;
 use crate::memtable::Memtable;
-use crate::wal::{scan_log_prefix, RECORD_HEADER_LEN};
+use crate::wal::{first_valid_record_from, scan_log_prefix, RECORD_HEADER_LEN};
 
 /// What [`Db::open`](crate::Db::open) does with a write-ahead log that is
 /// damaged somewhere other than its torn tail. See
@@ -94,27 +94,36 @@ const AUTO_REFUSED_HINT: &str = " (not what a power cut leaves in a log written 
      sync_writes is true; WalRecovery::PointInTime opens the database as it was before \
      the damage)";
 
-/// Bytes of a seal record: the record header and an empty batch's 8-byte
-/// first sequence and 4-byte count.
-const SEAL_RECORD_BYTES: usize = RECORD_HEADER_LEN + 12;
-
-/// True when the log `data` ends with a seal: the empty batch record a log
+/// True when the log `data`, damaged at `damage` (a record's offset, with
+/// intact records after it), ends with a seal: the empty batch record a log
 /// gets when it takes no more writes (a memtable switch or a clean close),
-/// right before it is synced.
-fn ends_with_seal(data: &[u8]) -> bool {
-    let Some(tail) = data
-        .len()
-        .checked_sub(SEAL_RECORD_BYTES)
-        .map(|at| &data[at..])
-    else {
-        return false;
-    };
-    match scan_log_prefix(tail) {
-        (scan, None) if scan.records.len() == 1 && !scan.torn_tail => {
-            let payload = &tail[scan.records[0].payload.clone()];
-            payload.len() == 12 && payload[8..12] == [0, 0, 0, 0]
+/// between two syncs.
+///
+/// Decided from the records themselves, not from the last bytes: the
+/// records after the damage are read from the first valid one on (past
+/// any further damage the same way), and the log is sealed when they
+/// reach its end exactly and the last is a seal. A batch record ends with
+/// its last value, so a value ending in the bytes of a seal record made a
+/// log with a power-cut hole look sealed, and `Auto` refused it (found by
+/// review, twenty-sixth session).
+fn ends_with_seal(data: &[u8], damage: u64) -> bool {
+    let mut from = damage as usize + 1;
+    loop {
+        let Some(at) = first_valid_record_from(data, from) else {
+            return false;
+        };
+        let rest = &data[at..];
+        match scan_log_prefix(rest) {
+            (_, Some(more)) => from = at + more.offset as usize + 1,
+            (scan, None) => {
+                return !scan.torn_tail
+                    && scan.valid_len as usize == rest.len()
+                    && scan.records.last().is_some_and(|last| {
+                        let payload = &rest[last.payload.clone()];
+                        payload.len() == 12 && payload[8..12] == [0, 0, 0, 0]
+                    });
+            }
         }
-        _ => false,
     }
 }
 
@@ -153,11 +162,17 @@ fn last_with_data(
 /// next one took a write) that does not end with a seal (a sealed log was
 /// synced whole), written without `sync_writes` (a synced write has no
 /// hole before it).
-fn damage_stops(mode: WalRecovery, sync_writes: bool, is_last: bool, data: &[u8]) -> bool {
+fn damage_stops(
+    mode: WalRecovery,
+    sync_writes: bool,
+    is_last: bool,
+    data: &[u8],
+    damage: u64,
+) -> bool {
     match mode {
         WalRecovery::Strict => false,
         WalRecovery::PointInTime => true,
-        WalRecovery::Auto => !sync_writes && is_last && !ends_with_seal(data),
+        WalRecovery::Auto => !sync_writes && is_last && !ends_with_seal(data, damage),
     }
 }
 
@@ -292,7 +307,7 @@ pub(crate) fn replay_logs(
         let (scan, damage) = scan_log_prefix(&data);
         if let Some(d) = &damage {
             let is_last = last_with_data(fs, &logs[log_index + 1..], &path_of)?;
-            if !damage_stops(mode, sync_writes, is_last, &data) {
+            if !damage_stops(mode, sync_writes, is_last, &data, d.offset) {
                 let mut reason = format!("{}, and a valid record follows it", d.reason);
                 if mode == WalRecovery::Auto {
                     reason.push_str(AUTO_REFUSED_HINT);

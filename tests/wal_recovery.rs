@@ -388,3 +388,54 @@ fn auto_stops_only_where_a_power_cut_can_leave_a_hole() {
     let db = Db::open(dir.path(), opts(WalRecovery::PointInTime)).unwrap();
     assert_eq!(reads(&db), vec![some(b"1"), None, None, None, None]);
 }
+
+/// Regression (found by review, twenty-sixth session): whether a log ends
+/// with a seal was read from its last 20 bytes, and a batch record ends with
+/// its last value, so a value ending in the bytes of a seal record made an
+/// unsealed log with a power-cut hole look sealed, and `Auto` refused it.
+/// The seal is now found by reading the records after the damage to the
+/// end. The crash is simulated by copying the live log before the database
+/// closes (and seals it), then zeroing the middle record as a lost page.
+#[test]
+fn a_value_ending_in_the_bytes_of_a_seal_does_not_seal_a_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seal_file = tmp.path().join("seal");
+    let mut w = LogWriter::create(&RealFs, &seal_file).unwrap();
+    w.add_record(&batch(1_000, &[])).unwrap();
+    w.sync().unwrap();
+    let seal = std::fs::read(&seal_file).unwrap();
+    assert_eq!(seal.len(), 20, "a seal record");
+    for forged in [false, true] {
+        let dir = tmp.path().join(format!("db-{forged}"));
+        let db = Db::open(&dir, opts(WalRecovery::Auto)).unwrap();
+        db.put(b"a", b"1").unwrap();
+        db.put(b"b", vec![7u8; 5000]).unwrap();
+        let mut c = vec![9u8; 100];
+        if forged {
+            c.extend_from_slice(&seal);
+        }
+        db.put(b"c", &c).unwrap();
+        let (state, _) = Manifest::recover(&RealFs, &dir).unwrap().unwrap();
+        let live = log_path(&dir, state.log_number);
+        let bytes = std::fs::read(&live).unwrap();
+        drop(db);
+        let scan = scan_log(&bytes, &live).unwrap();
+        assert_eq!(scan.records.len(), 3, "a, b, c and no seal yet");
+        assert_eq!(bytes.ends_with(&seal), forged);
+        let b = &scan.records[1];
+        let mut holed = bytes.clone();
+        holed[b.offset as usize..b.payload.end].fill(0);
+        std::fs::write(&live, &holed).unwrap();
+        let db = Db::open(&dir, opts(WalRecovery::Auto))
+            .unwrap_or_else(|e| panic!("forged = {forged}: {e}"));
+        let stop = db.recovery_report().stopped.clone().expect("stopped");
+        assert_eq!(
+            (stop.log, stop.offset),
+            (live.clone(), b.offset),
+            "{forged}"
+        );
+        assert_eq!(db.get(b"a").unwrap(), some(b"1"));
+        assert_eq!(db.get(b"b").unwrap(), None);
+        assert_eq!(db.get(b"c").unwrap(), None);
+    }
+}
