@@ -654,7 +654,29 @@ impl Db {
         self.inner.multi_get(keys)
     }
 
-    /// A point-in-time scan of the keys in `range`, ascending.
+    /// A point-in-time scan of the keys in `range`, ascending (`.rev()`
+    /// for descending). Any [`RangeBounds`] of byte strings: `a..b`,
+    /// `a..=b`, `a..`, `..b`, `..`, or a pair of [`Bound`](std::ops::Bound)s.
+    /// With borrowed slices in a pair of bounds, name the key type, since
+    /// several types could borrow as `[u8]`:
+    ///
+    /// ```
+    /// # fn main() -> sievedb::Result<()> {
+    /// use std::ops::Bound::{Excluded, Included};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = sievedb::Db::open(dir.path(), sievedb::Options::default())?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     db.put(k, b"v")?;
+    /// }
+    /// let (from, to) = (b"a".as_slice(), b"c".as_slice());
+    /// let keys: Vec<Vec<u8>> = db
+    ///     .scan::<&[u8], _>((Excluded(from), Included(to)))?
+    ///     .map(|item| item.map(|(key, _)| key))
+    ///     .collect::<sievedb::Result<_>>()?;
+    /// assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn scan<K, R>(&self, range: R) -> Result<DbIterator>
     where
         K: AsRef<[u8]>,

@@ -75,7 +75,11 @@ pub struct Options {
     /// everything else.
     pub wal_recovery: WalRecovery,
     /// Largest accepted key, in bytes. Default 64 KiB. Keys must be at least
-    /// 1 byte.
+    /// 1 byte. The limit applies to writes and to point reads (`get` and
+    /// `multi_get`, on the database or a snapshot), not to scans: after
+    /// reopening with a smaller limit, keys stored under a larger one still
+    /// appear in scans, but a `get` of such a key is
+    /// [`Error::InvalidArgument`].
     pub max_key_bytes: usize,
     /// Largest accepted value, in bytes. Default 64 MiB. A write batch is
     /// one log record of at most 1 GiB, so
