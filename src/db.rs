@@ -656,7 +656,7 @@ impl Db {
 
     /// A point-in-time scan of the keys in `range`, ascending (`.rev()`
     /// for descending). Any [`RangeBounds`] of byte strings: `a..b`,
-    /// `a..=b`, `a..`, `..b`, `..`, or a pair of [`Bound`](std::ops::Bound)s.
+    /// `a..=b`, `a..`, `..b`, `..`, or a pair of [`Bound`]s.
     /// With borrowed slices in a pair of bounds, name the key type, since
     /// several types could borrow as `[u8]`:
     ///
