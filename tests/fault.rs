@@ -401,31 +401,46 @@ fn unsynced_writes_lose_only_a_suffix_of_whole_batches() {
 /// reports `Error::Corruption` naming the log; an open with the default
 /// `WalRecovery::Auto` of the same bytes always opens with such a prefix,
 /// stopping (point in time) where the strict open failed.
+/// Options of the out-of-order writeback runs: `sync_writes = false`, and
+/// room for many unsynced pages in one log.
+fn unsynced_options(fs: &FaultFs) -> Options {
+    let mut opts = options(fs);
+    opts.sync_writes = false;
+    opts.memtable_bytes = 256 << 10;
+    opts
+}
+
+/// Run `i` of the out-of-order writeback workload in `dir`: `60 + 29 i`
+/// batches without sync, a flush every 100, then a power cut with
+/// `Writeback::RandomPages` and a reboot. Returns (batches flushed,
+/// batches written).
+fn unsynced_run_cut_by_power(dir: &Path, i: u64) -> (u64, u64) {
+    let fs = FaultFs::new();
+    fs.set_writeback(Writeback::RandomPages { seed: i });
+    let db = Db::open(dir, unsynced_options(&fs)).expect("open");
+    let stop = 60 + i * 29;
+    let mut durable = 0;
+    for b in 1..=stop {
+        db.write(&batch(b)).expect("write");
+        if b % 100 == 0 {
+            db.flush().expect("flush");
+            durable = b;
+        }
+    }
+    fs.power_cut();
+    drop(db);
+    fs.reboot().expect("reboot");
+    (durable, stop)
+}
+
 #[test]
 fn unsynced_log_pages_written_back_out_of_order() {
     let base = tempfile::tempdir().expect("tempdir");
     let (mut holes, mut lost_batches) = (0, 0);
     for i in 0..24u64 {
         let dir = base.path().join(format!("pages{i}"));
-        let fs = FaultFs::new();
-        fs.set_writeback(Writeback::RandomPages { seed: i });
-        let mut opts = options(&fs);
-        opts.sync_writes = false;
-        // Room for many unsynced pages in one log.
-        opts.memtable_bytes = 256 << 10;
-        let db = Db::open(&dir, opts.clone()).expect("open");
-        let stop = 60 + i * 29;
-        let mut durable = 0;
-        for b in 1..=stop {
-            db.write(&batch(b)).expect("write");
-            if b % 100 == 0 {
-                db.flush().expect("flush");
-                durable = b;
-            }
-        }
-        fs.power_cut();
-        drop(db);
-        fs.reboot().expect("reboot");
+        let (durable, stop) = unsynced_run_cut_by_power(&dir, i);
+        let opts = unsynced_options(&FaultFs::new());
         let pit_dir = base.path().join(format!("pages{i}-pit"));
         copy_tree(&dir, &pit_dir);
 
@@ -488,30 +503,11 @@ fn unsynced_log_pages_written_back_out_of_order() {
 #[test]
 fn a_power_cut_during_a_recovering_open_leaves_an_openable_database() {
     let base = tempfile::tempdir().expect("tempdir");
-    let unsynced = |fs: &FaultFs| {
-        let mut opts = options(fs);
-        opts.sync_writes = false;
-        opts.memtable_bytes = 256 << 10;
-        opts
-    };
+    let unsynced = unsynced_options;
     let (mut holes, mut cuts) = (0, 0);
     for i in 0..24u64 {
         let dir = base.path().join(format!("hole{i}"));
-        let fs = FaultFs::new();
-        fs.set_writeback(Writeback::RandomPages { seed: i });
-        let db = Db::open(&dir, unsynced(&fs)).expect("open");
-        let stop = 60 + i * 29;
-        let mut durable = 0;
-        for b in 1..=stop {
-            db.write(&batch(b)).expect("write");
-            if b % 100 == 0 {
-                db.flush().expect("flush");
-                durable = b;
-            }
-        }
-        fs.power_cut();
-        drop(db);
-        fs.reboot().expect("reboot");
+        let (durable, stop) = unsynced_run_cut_by_power(&dir, i);
         // The calls of an uninterrupted recovering open, on a copy.
         let probe = base.path().join(format!("hole{i}-probe"));
         copy_tree(&dir, &probe);
