@@ -198,7 +198,14 @@ fn run(keys: usize) {
             &accepted,
         ),
     ];
-    for path in ["avx512", "avx2", "avx2-general", "popcnt", "portable"] {
+    for path in [
+        "avx512",
+        "avx2",
+        "avx2-general",
+        "popcnt-narrow",
+        "popcnt",
+        "portable",
+    ] {
         if let Some(l) = layout.clone().on_path(path) {
             rows.push((
                 format!("absent/ribbon64/{path}"),

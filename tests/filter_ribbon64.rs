@@ -17,7 +17,7 @@ use sievedb::filter::ribbon64::{
 use sievedb::filter::{self, undecodable_filters, Filter, FORMAT_RIBBON64};
 
 /// Every named path of `Ribbon64Layout::on_path`.
-const PATHS: [&str; 6] = Ribbon64Layout::PATHS;
+const PATHS: [&str; 7] = Ribbon64Layout::PATHS;
 
 /// A crafted filter and what it was made of.
 struct Crafted {
@@ -531,14 +531,19 @@ fn path_choice() {
         if layout.uses_avx512() {
             assert_eq!(layout.uses_avx512_narrow(), upper <= 8);
             assert!(!layout.uses_avx2_narrow());
+            assert!(!layout.uses_popcnt_narrow());
         } else {
             assert!(!layout.uses_avx512_narrow());
             assert!(layout.clone().on_path("avx512").is_none());
+            // Without AVX-512 a narrow layout takes a narrow query: AVX2's,
+            // or POPCNT's on CPUs that split 256-bit vectors (and on CPUs
+            // without AVX2).
             #[cfg(target_arch = "x86_64")]
             assert_eq!(
-                layout.uses_avx2_narrow(),
-                upper <= 8 && std::arch::is_x86_feature_detected!("avx2")
+                layout.uses_avx2_narrow() || layout.uses_popcnt_narrow(),
+                upper <= 8 && std::arch::is_x86_feature_detected!("popcnt")
             );
+            assert!(!(layout.uses_avx2_narrow() && layout.uses_popcnt_narrow()));
         }
         let avx2_narrow = layout.may_contain_avx2_narrow_path(&c.bytes, 1);
         let avx2_general = layout.may_contain_avx2_path(&c.bytes, 1);

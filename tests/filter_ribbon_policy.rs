@@ -35,7 +35,7 @@ use sievedb::filter::{
 };
 
 /// Every named path of `Ribbon64Layout::on_path`.
-const PATHS: [&str; 6] = Ribbon64Layout::PATHS;
+const PATHS: [&str; 7] = Ribbon64Layout::PATHS;
 
 /// Standard deviations a measured false-positive rate may differ from the
 /// expected one (a two-sided binomial bound; about 1 in 1.7 million runs
@@ -93,6 +93,7 @@ fn paths_of(layout: &Ribbon64Layout) -> Vec<(&'static str, Ribbon64Layout)> {
         assert_eq!(has("avx2"), cpu!("avx2"));
         assert_eq!(has("avx2-general"), cpu!("avx2"));
         assert_eq!(has("popcnt"), cpu!("popcnt"));
+        assert_eq!(has("popcnt-narrow"), cpu!("popcnt"));
     }
     paths
 }

@@ -119,6 +119,8 @@ mod backsub;
 mod band;
 mod build;
 mod layout;
+#[cfg(target_arch = "x86_64")]
+mod popcnt;
 mod query;
 #[cfg(target_arch = "x86_64")]
 mod rows_avx512;

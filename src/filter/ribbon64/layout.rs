@@ -153,6 +153,10 @@ pub(super) enum Path64 {
     /// `mod avx2` for any column count: chunks of 4 columns,
     /// bounds-checked.
     Avx2,
+    /// `mod popcnt` for layouts of at most 8 upper columns (and at most
+    /// [`NARROW_MAX_SLOTS`] slots): one register per column, no bounds
+    /// checks after one length check.
+    PopcntNarrow,
     /// The scalar column loop with POPCNT.
     Popcnt,
     /// The scalar column loop with a portable parity.
@@ -164,10 +168,10 @@ impl Path64 {
     fn detect(upper_columns: u32, num_slots: u64) -> Path64 {
         if cpu_has_avx512() {
             Path64::avx512(upper_columns, num_slots)
-        } else if cpu_has_avx2() {
+        } else if cpu_has_avx2() && !cpu_splits_256_bit_vectors() {
             Path64::avx2(upper_columns, num_slots)
         } else if cpu_has_popcnt() {
-            Path64::Popcnt
+            Path64::popcnt(upper_columns, num_slots)
         } else {
             Path64::Portable
         }
@@ -194,6 +198,16 @@ impl Path64 {
         }
     }
 
+    /// The POPCNT path for `upper_columns` columns and `num_slots` slots:
+    /// narrow under the same conditions as [`avx512`](Self::avx512).
+    pub(super) fn popcnt(upper_columns: u32, num_slots: u64) -> Path64 {
+        if Path64::narrow(upper_columns, num_slots) {
+            Path64::PopcntNarrow
+        } else {
+            Path64::Popcnt
+        }
+    }
+
     /// Whether a layout of `upper_columns` columns and `num_slots` slots
     /// may take a narrow path: at most 8 columns (every shard then has 1 to
     /// 8) and at most [`NARROW_MAX_SLOTS`] slots.
@@ -205,7 +219,10 @@ impl Path64 {
     /// checks once `bytes` holds the solution.
     #[cfg(test)]
     pub(super) fn is_narrow(self) -> bool {
-        matches!(self, Path64::Avx512Narrow | Path64::Avx2Narrow)
+        matches!(
+            self,
+            Path64::Avx512Narrow | Path64::Avx2Narrow | Path64::PopcntNarrow
+        )
     }
 
     /// The function [`Ribbon64Layout::may_contain`] calls on this path. It
@@ -221,6 +238,7 @@ impl Path64 {
             Path64::Avx512 => Ribbon64Layout::may_contain_avx512,
             Path64::Avx2Narrow => Ribbon64Layout::may_contain_avx2_narrow,
             Path64::Avx2 => Ribbon64Layout::may_contain_avx2,
+            Path64::PopcntNarrow => Ribbon64Layout::may_contain_popcnt_narrow,
             Path64::Popcnt => Ribbon64Layout::may_contain_popcnt,
             Path64::Portable => Ribbon64Layout::may_contain_portable_path,
         }
@@ -468,6 +486,13 @@ impl Ribbon64Layout {
         self.shard_shift != 0
     }
 
+    /// Whether [`may_contain`](Self::may_contain) takes the narrow POPCNT
+    /// path on this CPU; for tests.
+    #[doc(hidden)]
+    pub fn uses_popcnt_narrow(&self) -> bool {
+        self.path == Path64::PopcntNarrow
+    }
+
     /// Whether [`may_contain`](Self::may_contain) takes the narrow AVX2
     /// path on this CPU; for tests.
     #[doc(hidden)]
@@ -478,11 +503,12 @@ impl Ribbon64Layout {
     /// Every name [`on_path`](Self::on_path) knows, fastest first; for
     /// benchmarks and tests.
     #[doc(hidden)]
-    pub const PATHS: [&'static str; 6] = [
+    pub const PATHS: [&'static str; 7] = [
         "avx512",
         "avx512-general",
         "avx2",
         "avx2-general",
+        "popcnt-narrow",
         "popcnt",
         "portable",
     ];
@@ -491,8 +517,8 @@ impl Ribbon64Layout {
     /// named path (one of [`PATHS`](Self::PATHS)): `"avx512"` (narrow where the columns allow),
     /// `"avx512-general"` (chunks of 8 columns, any count), `"avx2"`
     /// (narrow where the columns allow), `"avx2-general"` (chunks of 4
-    /// columns), `"popcnt"` or
-    /// `"portable"`; `None` for another name or a path this CPU cannot run.
+    /// columns), `"popcnt-narrow"` (narrow where the columns allow),
+    /// `"popcnt"` (the bounds-checked column loop) or `"portable"`; `None` for another name or a path this CPU cannot run.
     /// For benchmarks and tests.
     #[doc(hidden)]
     pub fn on_path(self, name: &str) -> Option<Ribbon64Layout> {
@@ -502,6 +528,9 @@ impl Ribbon64Layout {
             "avx2" if cpu_has_avx2() => Path64::avx2(self.upper_columns, self.num_slots),
             "avx2-general" if cpu_has_avx2() => Path64::Avx2,
             "popcnt" if cpu_has_popcnt() => Path64::Popcnt,
+            "popcnt-narrow" if cpu_has_popcnt() => {
+                Path64::popcnt(self.upper_columns, self.num_slots)
+            }
             "portable" => Path64::Portable,
             _ => return None,
         };
@@ -523,6 +552,52 @@ pub(super) fn cpu_has_avx2() -> bool {
     {
         false
     }
+}
+
+/// Whether this CPU runs 256-bit vector operations as two 128-bit halves:
+/// AMD family 17h below model 30h (Zen and Zen+; Zen 2 has full-width
+/// units). There the narrow POPCNT query, one 64-bit register per column
+/// with an early exit, is faster than the narrow AVX2 one, all columns in
+/// two 256-bit halves (docs/filters.md, "The narrow POPCNT query"), and
+/// [`Path64::detect`] takes it instead. Read once per process.
+pub(super) fn cpu_splits_256_bit_vectors() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static SPLITS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *SPLITS.get_or_init(|| {
+            use std::arch::x86_64::__cpuid;
+            // Leaves 0 (vendor) and 1 (signature) exist on every x86-64 CPU.
+            let (vendor, signature) = (__cpuid(0), __cpuid(1));
+            let amd = [vendor.ebx, vendor.edx, vendor.ecx] == AUTHENTIC_AMD;
+            amd && splits_256_bit_vectors(signature.eax)
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// "AuthenticAMD" as CPUID leaf 0 returns it in EBX, EDX, ECX.
+#[cfg(target_arch = "x86_64")]
+const AUTHENTIC_AMD: [u32; 3] = [
+    u32::from_le_bytes(*b"Auth"),
+    u32::from_le_bytes(*b"enti"),
+    u32::from_le_bytes(*b"cAMD"),
+];
+
+/// Whether an AMD CPU of processor signature `eax` (CPUID leaf 1) is a Zen
+/// or Zen+ core: family 17h (base family Fh plus extended family 8h),
+/// model below 30h (extended model in bits 16..20, base model in 4..8).
+pub(super) fn splits_256_bit_vectors(eax: u32) -> bool {
+    let base_family = (eax >> 8) & 0xf;
+    let family = if base_family == 0xf {
+        base_family + ((eax >> 20) & 0xff)
+    } else {
+        base_family
+    };
+    let model = ((eax >> 16) & 0xf) << 4 | ((eax >> 4) & 0xf);
+    family == 0x17 && model < 0x30
 }
 
 /// Whether this CPU has the POPCNT instruction (x86_64 only; other targets
@@ -573,6 +648,26 @@ mod tests {
         }
     }
 
+    /// Zen and Zen+ (family 17h, models 00h-2Fh) split 256-bit vectors;
+    /// Zen 2 (17h from model 30h), Zen 3 (19h) and Intel cores do not.
+    /// Signatures as CPUID leaf 1 reports them (stepping in bits 0..4).
+    #[test]
+    fn zen_and_zen_plus_split_256_bit_vectors() {
+        for (eax, splits) in [
+            (0x0080_0f12, true),  // EPYC 7551 (Naples), family 17h model 01h
+            (0x0080_0f82, true),  // Ryzen 7 2700X (Zen+), model 08h
+            (0x0081_0f10, true),  // Ryzen 5 2500U (Raven Ridge), model 11h
+            (0x0082_0f01, true),  // Athlon (Dali), model 20h
+            (0x0083_0f10, false), // EPYC 7002 (Rome, Zen 2), model 31h
+            (0x0087_0f10, false), // Ryzen 3000 (Matisse, Zen 2), model 71h
+            (0x00a0_0f11, false), // EPYC 7003 (Milan, Zen 3), family 19h
+            (0x000a_06a0, false), // Intel family 6
+            (0x0000_0f43, false), // family Fh, no extended family
+        ] {
+            assert_eq!(splits_256_bit_vectors(eax), splits, "{eax:#x}");
+        }
+    }
+
     /// The narrow path needs at most 8 columns and at most
     /// `NARROW_MAX_SLOTS` slots.
     #[test]
@@ -585,6 +680,10 @@ mod tests {
         assert_eq!(Path64::avx2(8, NARROW_MAX_SLOTS), Path64::Avx2Narrow);
         assert_eq!(Path64::avx2(9, 64), Path64::Avx2);
         assert_eq!(Path64::avx2(8, NARROW_MAX_SLOTS + 1), Path64::Avx2);
+        assert_eq!(Path64::popcnt(1, 64), Path64::PopcntNarrow);
+        assert_eq!(Path64::popcnt(8, NARROW_MAX_SLOTS), Path64::PopcntNarrow);
+        assert_eq!(Path64::popcnt(9, 64), Path64::Popcnt);
+        assert_eq!(Path64::popcnt(8, NARROW_MAX_SLOTS + 1), Path64::Popcnt);
         assert_eq!(std::mem::size_of::<ShardQuery64>(), 32);
         assert_eq!(std::mem::align_of::<ShardQuery64>(), 32);
     }

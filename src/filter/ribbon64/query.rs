@@ -6,7 +6,7 @@
 use super::layout::cpu_has_avx2;
 use super::layout::{cpu_has_avx512, cpu_has_popcnt, Located64, Path64, Ribbon64Layout};
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::{avx2, avx512, popcnt};
 use super::{coeff_of, fastrange64, rehash, BLOCK_SLOTS, SMASH, W, WORD_BYTES};
 
 /// Columns the scalar loop checks without a branch before its first early
@@ -93,6 +93,8 @@ impl Ribbon64Layout {
                 (Path64::Avx512Narrow, false) => return query_narrow::<F, false>,
                 (Path64::Avx2Narrow, true) => return query_narrow_avx2::<F, true>,
                 (Path64::Avx2Narrow, false) => return query_narrow_avx2::<F, false>,
+                (Path64::PopcntNarrow, true) => return query_narrow_popcnt::<F, true>,
+                (Path64::PopcntNarrow, false) => return query_narrow_popcnt::<F, false>,
                 _ => {}
             }
         }
@@ -251,6 +253,29 @@ impl Ribbon64Layout {
         }
     }
 
+    /// The narrow POPCNT query (at most 8 upper columns): as the narrow
+    /// AVX-512 one, one length check and then no bounds checks.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "popcnt")]
+    pub(super) fn may_contain_popcnt_narrow(&self, bytes: &[u8], key_hash: u64) -> bool {
+        if bytes.len() < self.unchecked_len {
+            return self.may_contain_checked(bytes, key_hash);
+        }
+        // SAFETY: as in `may_contain_avx512_narrow`: `unchecked_len` is
+        // below `usize::MAX` only for a parsed layout the narrow queries
+        // cover, and then equals `table_start`, so `bytes` holds the whole
+        // solution. The CPU has POPCNT (this function's target feature), and
+        // the shift form is taken only with `shard_shift != 0`.
+        unsafe {
+            if self.shard_shift != 0 {
+                popcnt::narrow_unchecked::<true>(self, bytes.as_ptr(), key_hash)
+            } else {
+                popcnt::narrow_unchecked::<false>(self, bytes.as_ptr(), key_hash)
+            }
+        }
+    }
+
     /// A narrow query's answer for bytes shorter than the
     /// solution (or a layout it does not cover): the bounds-checked scalar
     /// query, whose reads past the end answer "may contain".
@@ -370,6 +395,30 @@ unsafe fn query_narrow_avx2<F: Ribbon64Source, const BY_SHIFT: bool>(
     // parsed from exactly `ribbon64_bytes()`, at least `table_start` long.
     unsafe {
         avx2::narrow_unchecked::<BY_SHIFT>(layout, filter.ribbon64_bytes().as_ptr(), key_hash)
+    }
+}
+
+/// The narrow POPCNT query of a decoded filter, with no length check:
+/// `F`'s contract says its bytes are those the layout was parsed from.
+///
+/// # Safety
+///
+/// Must be the function [`Ribbon64Layout::query_fn_for`] returned for the
+/// filter's layout (its path is the narrow POPCNT one, so the CPU has
+/// POPCNT; `BY_SHIFT` only if its `shard_shift` is not 0).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+unsafe fn query_narrow_popcnt<F: Ribbon64Source, const BY_SHIFT: bool>(
+    filter: &F,
+    key_hash: u64,
+) -> bool {
+    let layout = filter.ribbon64();
+    debug_assert_eq!(layout.path, Path64::PopcntNarrow);
+    debug_assert!(filter.ribbon64_bytes().len() >= layout.table_start);
+    // SAFETY: as in `query_narrow_avx2`, for the narrow POPCNT path (taken
+    // only when the CPU has POPCNT).
+    unsafe {
+        popcnt::narrow_unchecked::<BY_SHIFT>(layout, filter.ribbon64_bytes().as_ptr(), key_hash)
     }
 }
 
