@@ -63,8 +63,10 @@ impl Ribbon64Layout {
     /// follow one check that `bytes` holds the whole solution; reads past
     /// the end of shorter bytes answer `true`.
     ///
-    /// Uses AVX-512 when the CPU has it (checked once, at parse), else AVX2,
-    /// else POPCNT when it has that, otherwise a portable parity. On the
+    /// Uses AVX-512 when the CPU has it (checked once, at parse), else AVX2
+    /// (except on CPUs that split 256-bit vectors, AMD Zen and Zen+, which
+    /// take the POPCNT query), else POPCNT when it has that, otherwise a
+    /// portable parity. On the
     /// bytes the layout was parsed from, every path gives the answer of
     /// [`Ribbon64Table::may_contain_reference`](super::Ribbon64Table::may_contain_reference);
     /// on shorter ones, every path the same answer.
