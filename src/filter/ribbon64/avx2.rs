@@ -30,8 +30,8 @@
 //! whose length was checked first, those of `narrow_unchecked` inside the
 //! solution, whose length its caller checked once (see its `# Safety`).
 
-use super::layout::{Located64, Ribbon64Layout, NARROW_CONSTANTS};
-use super::{coeff_of, fastrange64, BLOCK_SLOTS, WORD_BYTES};
+use super::layout::{Located64, Ribbon64Layout};
+use super::{BLOCK_SLOTS, WORD_BYTES};
 use std::arch::x86_64::*;
 
 /// `vpmaskmovq` masks of the narrow query: entry `c` selects the first `c`
@@ -92,31 +92,9 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     solution: *const u8,
     key_hash: u64,
 ) -> bool {
-    debug_assert!(layout.upper_columns <= 8);
-    debug_assert!(!BY_SHIFT || layout.shard_shift != 0);
-    let index = if BY_SHIFT {
-        (key_hash >> layout.shard_shift) as usize
-    } else {
-        fastrange64(key_hash, layout.num_shards as u64) as usize
-    };
-    debug_assert!(index < layout.shards.len());
-    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`; with `BY_SHIFT`,
-    // `shard_shift = 64 - k` for `num_shards = 2^k`, `k >= 1` (the
-    // caller's contract, `shard_shift`), and `h >> (64 - k) < 2^k`.
-    // `from_table` made one entry per shard of a parsed table
-    // (`shards.len() == num_shards >= 1`).
-    let shard = unsafe { layout.shards.get_unchecked(index) };
-    let k = layout.constants;
-    debug_assert_eq!(k, NARROW_CONSTANTS);
-    let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
-    // The key's region slot, exact: below `2^32` (`NARROW_MAX_SLOTS`, a
-    // condition of this path).
-    let slot = shard.smash_clamp(fastrange64(g, shard.num_slots as u64) as u32) as u64;
-    let stride = shard.stride as usize;
-    let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
-    let p = (g as u128).wrapping_mul(k.coeff_mult as u128);
-    let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
-    debug_assert_eq!(coeff, coeff_of(g));
+    // SAFETY: the caller's contract is `narrow_key`'s.
+    let key = unsafe { layout.narrow_key::<BY_SHIFT>(key_hash) };
+    let (shard, here, stride) = (key.shard, key.here, key.stride);
     // Every shard of a narrow layout has 1 to 8 columns (the index check
     // is for the compiler; it never fails).
     let lanes = &NARROW_LANES.0[(shard.columns as usize).min(8)];
@@ -128,29 +106,18 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
         )
     };
     let load = |at: usize, mask: __m256i| {
-        // SAFETY: `at` is `here` or `here + stride` (the first byte of block
-        // `slot / 64` or of the next block of the shard's region), plus 0
-        // or 32. Whatever `u` is, `smash_clamp` gives `slot = first +
-        // start` with `start` in `0 ..= num_slots - 64`, exact in 32 bits
-        // (this path's condition), so the window `slot .. slot + 64` lies
-        // in the shard, whose slots lie in the region (`parse` made
-        // `first` the sum of the region's earlier shards and the region's
-        // slot count `slots_j` their sum). So `slot + 64 <= slots_j`, and
-        // the next block `slot / 64 + 1 <= slots_j / 64 = blocks_j - 1`
-        // exists: the spec's extra block per region. Block `b` of the
-        // region is `stride` bytes at `base + b * stride` (one word per
-        // column), inside the region's `blocks_j * stride` bytes, which
-        // `parse` checked end at or before `table_start`, within
-        // `solution`'s readable bytes (the caller's contract). The mask
-        // selects the words of columns below the shard's `columns` (words
-        // `0..4` of the block at offset 0, `4..8` at offset 32), all inside
-        // the block, and masked-off lanes are not accessed (a load whose
-        // lanes are all off, past the end, reads nothing: hence
-        // `wrapping_add`).
+        // SAFETY: `at` is `here` or `here + stride` (the first byte of the
+        // key's start block or of the next block, inside the solution:
+        // `NarrowKey`'s invariant), plus 0 or 32, within `solution`'s
+        // readable bytes (the caller's contract). The mask selects the
+        // words of columns below the shard's `columns` (words `0..4` of the
+        // block at offset 0, `4..8` at offset 32), all inside the block,
+        // and masked-off lanes are not accessed (a load whose lanes are all
+        // off, past the end, reads nothing: hence `wrapping_add`).
         unsafe { _mm256_maskload_epi64(solution.wrapping_add(at).cast::<i64>(), mask) }
     };
-    let c = _mm256_set1_epi64x(coeff as i64);
-    let s = _mm256_set1_epi64x((slot % BLOCK_SLOTS as u64) as i64);
+    let c = _mm256_set1_epi64x(key.coeff() as i64);
+    let s = _mm256_set1_epi64x((key.slot % BLOCK_SLOTS as u64) as i64);
     let m0 = _mm256_sllv_epi64(c, s);
     let m1 = _mm256_srlv_epi64(c, _mm256_sub_epi64(_mm256_set1_epi64x(64), s));
     let next = here + stride;
@@ -175,7 +142,7 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     let odd = _mm256_movemask_ps(_mm256_castsi256_ps(y)) as u8;
     // Lanes past the key's columns load zero: even, as their masked-off
     // result bits.
-    odd == INTERLEAVED[(g as u8 & shard.lanes) as usize]
+    odd == INTERLEAVED[(key.g as u8 & shard.lanes) as usize]
 }
 
 /// `vpmaskmovq` masks selecting the first `n` of four lanes.

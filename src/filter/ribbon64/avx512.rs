@@ -15,8 +15,8 @@
 //! whose length was checked first; those of `narrow_unchecked` inside the
 //! solution, whose length its caller checked once (see its `# Safety`).
 
-use super::layout::{Located64, Ribbon64Layout, NARROW_CONSTANTS};
-use super::{coeff_of, fastrange64, BLOCK_SLOTS, WORD_BYTES};
+use super::layout::{Located64, Ribbon64Layout};
+use super::WORD_BYTES;
 use std::arch::x86_64::*;
 
 /// The lanes (columns) whose window `(b:a) >> (slot % 64)` has odd parity
@@ -51,67 +51,30 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     solution: *const u8,
     key_hash: u64,
 ) -> bool {
-    debug_assert!(layout.upper_columns <= 8);
-    debug_assert!(!BY_SHIFT || layout.shard_shift != 0);
-    let index = if BY_SHIFT {
-        (key_hash >> layout.shard_shift) as usize
-    } else {
-        fastrange64(key_hash, layout.num_shards as u64) as usize
-    };
-    debug_assert!(index < layout.shards.len());
-    // SAFETY: `fastrange64(h, n) < n` for `n >= 1`; with `BY_SHIFT`,
-    // `shard_shift = 64 - k` for `num_shards = 2^k`, `k >= 1` (the
-    // caller's contract, `shard_shift`), and `h >> (64 - k) < 2^k`.
-    // `from_table` made one entry per shard of a parsed table
-    // (`shards.len() == num_shards >= 1`).
-    let shard = unsafe { layout.shards.get_unchecked(index) };
-    // `layout.constants` rather than the constants themselves: see
-    // `NarrowConstants`.
-    let k = layout.constants;
-    debug_assert_eq!(k, NARROW_CONSTANTS);
-    let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
-    // The key's region slot, exact: below `2^32` (`NARROW_MAX_SLOTS`, a
-    // condition of this path).
-    let slot = shard.smash_clamp(fastrange64(g, shard.num_slots as u64) as u32) as u64;
-    let stride = shard.stride as usize;
-    let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
-    let lanes = shard.lanes;
+    // SAFETY: the caller's contract is `narrow_key`'s.
+    let key = unsafe { layout.narrow_key::<BY_SHIFT>(key_hash) };
+    let lanes = key.shard.lanes;
     let load = |at: usize| {
-        // SAFETY: `at` is `here` or `here + stride`: the first byte of block
-        // `slot / 64` or of the next block of the shard's region. Whatever
-        // `u` is, `smash_clamp` gives `slot = first + start` with `start`
-        // in `0 ..= num_slots - 64` (`high = num_slots - 32 >= 32`), exact
-        // in 32 bits (the region has fewer than `2^32` slots: this path's
-        // condition), so the window `slot .. slot + 64` lies in the shard,
-        // whose slots `first .. first + num_slots` lie in the region
-        // (`parse` made `first` the sum of the region's earlier shards and
-        // the region's slot count `slots_j` their sum). So `slot + 64 <=
-        // slots_j`, and the next block `slot / 64 + 1 <= slots_j / 64 =
-        // blocks_j - 1` exists: the spec's extra block per region. Block
-        // `b` of the region is `stride` bytes at `base + b * stride` (one
-        // word per column), inside the region's `blocks_j * stride` bytes,
-        // which `parse` checked end at or before `table_start` (the regions
-        // add up to exactly the bytes before the shard table), within
-        // `solution`'s readable bytes (the caller's contract). `lanes`
-        // selects the block's `columns <= 8` words (`column_lanes`), and
-        // masked-off lanes are not accessed.
+        // SAFETY: `at` is `key.here` or `key.here + key.stride`: the first
+        // byte of the key's start block or of the next block, inside the
+        // solution (`NarrowKey`'s invariant), within `solution`'s readable
+        // bytes (the caller's contract). `lanes` selects the block's
+        // `columns <= 8` words (`column_lanes`), and masked-off lanes are
+        // not accessed.
         unsafe { _mm512_maskz_loadu_epi64(lanes, solution.add(at).cast::<i64>()) }
     };
-    let p = (g as u128).wrapping_mul(k.coeff_mult as u128);
-    let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
-    debug_assert_eq!(coeff, coeff_of(g));
     let window = _mm512_shrdv_epi64(
-        load(here),
-        load(here + stride),
-        _mm512_set1_epi64(slot as i64),
+        load(key.here),
+        load(key.here + key.stride),
+        _mm512_set1_epi64(key.slot as i64),
     );
-    let x = _mm512_and_si512(window, _mm512_set1_epi64(coeff as i64));
+    let x = _mm512_and_si512(window, _mm512_set1_epi64(key.coeff() as i64));
     // Lanes past the key's columns load zero: even.
     let odd = _mm512_test_epi64_mask(
         _mm512_popcnt_epi64(x),
-        _mm512_set1_epi64(k.parity_bit as i64),
+        _mm512_set1_epi64(layout.constants.parity_bit as i64),
     );
-    odd == g as u8 & lanes
+    odd == key.g as u8 & lanes
 }
 
 /// Same answer as `Ribbon64Table::may_contain_reference` for any column

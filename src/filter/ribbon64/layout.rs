@@ -323,6 +323,106 @@ pub(super) const NARROW_CONSTANTS: NarrowConstants = NarrowConstants {
     parity_bit: 1,
 };
 
+/// A key as the narrow queries (AVX-512, AVX2, POPCNT) read it: what
+/// [`Ribbon64Layout::narrow_key`] computes before the first load.
+///
+/// Invariant (for a layout the narrow queries cover, see `narrow_key`'s
+/// `# Safety`): the `columns` words at `here` and at `here + stride` of the
+/// solution are the key's start block's and the next block's, both inside
+/// the solution (`table_start` bytes). Whatever the key's fastrange `u`,
+/// `smash_clamp` gives `slot = first + start` with `start` in `0 ..=
+/// num_slots - 64`, exact in 32 bits (the region has fewer than `2^32`
+/// slots: a narrow-path condition), so the window `slot .. slot + 64` lies
+/// in the shard, whose slots lie in the region (`parse` made `first` the
+/// sum of the region's earlier shards and the region's slot count
+/// `slots_j` their sum). So `slot + 64 <= slots_j`, and the next block
+/// `slot / 64 + 1 <= slots_j / 64 = blocks_j - 1` exists: the spec's extra
+/// block per region. Block `b` of the region is `stride` bytes at
+/// `base + b * stride` (one word per column), inside the region's
+/// `blocks_j * stride` bytes, which `parse` checked end at or before
+/// `table_start`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NarrowKey<'a> {
+    /// The key's shard's query entry.
+    pub(super) shard: &'a ShardQuery64,
+    /// The key's rehash: its low bits are the key's result bits.
+    pub(super) g: u64,
+    /// The key's region slot: `slot % 64` is its bit in the start block.
+    pub(super) slot: u64,
+    /// Byte offset of the start block (its column 0 word).
+    pub(super) here: usize,
+    /// Bytes per block of the shard's region (`columns * 8`).
+    pub(super) stride: usize,
+    /// The layout's multiplier for the coefficients
+    /// ([`COEFF_MULT`](super::COEFF_MULT), read from the layout: see
+    /// `NarrowConstants`).
+    coeff_mult: u64,
+}
+
+impl NarrowKey<'_> {
+    /// The key's 64 coefficient bits (bit 0 set). A method, not a field,
+    /// so each query computes them where its code needs them: computed
+    /// before the AVX-512 query's loads they kept one more register live
+    /// across them (a push and a pop more).
+    #[inline(always)]
+    pub(super) fn coeff(&self) -> u64 {
+        let p = (self.g as u128).wrapping_mul(self.coeff_mult as u128);
+        let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
+        debug_assert_eq!(coeff, super::coeff_of(self.g));
+        coeff
+    }
+}
+
+impl Ribbon64Layout {
+    /// The key of `key_hash` as the narrow queries read it (see
+    /// [`NarrowKey`] for what its offsets guarantee). `BY_SHIFT`: the
+    /// key's shard is `key_hash >> shard_shift` (the same shard as
+    /// `fastrange64`, for layouts whose shard count is a power of two),
+    /// else `fastrange64`.
+    ///
+    /// # Safety
+    ///
+    /// `self` comes from `Ribbon64Layout::parse` (through `from_table`,
+    /// possibly moved to another path by `on_path`) with at most 8 upper
+    /// columns and at most `NARROW_MAX_SLOTS` slots (`Path64::narrow`), and
+    /// if `BY_SHIFT`, `shard_shift != 0`.
+    #[inline(always)]
+    pub(super) unsafe fn narrow_key<const BY_SHIFT: bool>(&self, key_hash: u64) -> NarrowKey<'_> {
+        debug_assert!(self.upper_columns <= 8);
+        debug_assert!(!BY_SHIFT || self.shard_shift != 0);
+        let index = if BY_SHIFT {
+            (key_hash >> self.shard_shift) as usize
+        } else {
+            super::fastrange64(key_hash, self.num_shards as u64) as usize
+        };
+        debug_assert!(index < self.shards.len());
+        // SAFETY: `fastrange64(h, n) < n` for `n >= 1`; with `BY_SHIFT`,
+        // `shard_shift = 64 - k` for `num_shards = 2^k`, `k >= 1` (the
+        // caller's contract, `shard_shift`), and `h >> (64 - k) < 2^k`.
+        // `from_table` made one entry per shard of a parsed table
+        // (`shards.len() == num_shards >= 1`).
+        let shard = unsafe { self.shards.get_unchecked(index) };
+        // `self.constants` rather than the constants themselves: see
+        // `NarrowConstants`.
+        let k = self.constants;
+        debug_assert_eq!(k, NARROW_CONSTANTS);
+        let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
+        // The key's region slot, exact: below `2^32` (`NARROW_MAX_SLOTS`, a
+        // condition of the narrow paths).
+        let slot = shard.smash_clamp(super::fastrange64(g, shard.num_slots as u64) as u32) as u64;
+        let stride = shard.stride as usize;
+        let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
+        NarrowKey {
+            shard,
+            g,
+            slot,
+            here,
+            stride,
+            coeff_mult: k.coeff_mult,
+        }
+    }
+}
+
 /// Layouts are equal when they were parsed from the same table and take the
 /// same path (`query` follows from `path`; function addresses are not
 /// compared).

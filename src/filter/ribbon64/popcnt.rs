@@ -11,8 +11,8 @@
 //! fails one of four columns with probability 15/16), and only keys that
 //! match them check the rest.
 
-use super::layout::{Ribbon64Layout, NARROW_CONSTANTS};
-use super::{coeff_of, fastrange64, BLOCK_SLOTS, WORD_BYTES};
+use super::layout::Ribbon64Layout;
+use super::{BLOCK_SLOTS, WORD_BYTES};
 
 /// Columns checked before the one branch (every shard has at least one;
 /// a shard with fewer checks them all and does not branch).
@@ -37,35 +37,19 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     solution: *const u8,
     key_hash: u64,
 ) -> bool {
-    debug_assert!(layout.upper_columns <= 8);
-    debug_assert!(!BY_SHIFT || layout.shard_shift != 0);
-    let index = if BY_SHIFT {
-        (key_hash >> layout.shard_shift) as usize
-    } else {
-        fastrange64(key_hash, layout.num_shards as u64) as usize
-    };
-    debug_assert!(index < layout.shards.len());
-    // SAFETY: as in the AVX2 `narrow_unchecked`: the index is below
-    // `num_shards == shards.len()`.
-    let shard = unsafe { layout.shards.get_unchecked(index) };
-    let k = layout.constants;
-    debug_assert_eq!(k, NARROW_CONSTANTS);
-    let g = (key_hash ^ shard.seed_mask).wrapping_mul(k.rehash_mult);
-    let slot = shard.smash_clamp(fastrange64(g, shard.num_slots as u64) as u32) as u64;
-    let stride = shard.stride as usize;
-    let here = shard.base as usize + (slot / BLOCK_SLOTS as u64) as usize * stride;
-    let p = (g as u128).wrapping_mul(k.coeff_mult as u128);
-    let coeff = (p as u64 ^ (p >> 64) as u64) | 1;
-    debug_assert_eq!(coeff, coeff_of(g));
-    let s = (slot % BLOCK_SLOTS as u64) as u32;
+    // SAFETY: the caller's contract is `narrow_key`'s.
+    let key = unsafe { layout.narrow_key::<BY_SHIFT>(key_hash) };
+    let (shard, here, stride, coeff) = (key.shard, key.here, key.stride, key.coeff());
+    let s = (key.slot % BLOCK_SLOTS as u64) as u32;
     let m0 = coeff << s;
     // `coeff >> (64 - s)`, 0 for `s = 0`, without a branch.
     let m1 = (coeff >> 1) >> (63 - s);
     let columns = shard.columns as usize;
     let word = |at: usize| {
-        // SAFETY: `at` is a word of column `c < columns <= 8` of block
-        // `slot / 64` or of the next block of the shard's region: inside
-        // the solution, as the AVX2 `narrow_unchecked` shows for its loads.
+        // SAFETY: `at` is the word of column `c < columns` of the key's
+        // start block or of the next block: inside the solution
+        // (`NarrowKey`'s invariant), within `solution`'s readable bytes
+        // (the caller's contract).
         unsafe { solution.add(at).cast::<u64>().read_unaligned() }
     };
     let parity = |c: usize| {
@@ -77,7 +61,7 @@ pub(super) unsafe fn narrow_unchecked<const BY_SHIFT: bool>(
     for c in 0..early {
         odd |= parity(c) << c;
     }
-    let result = g as u32 & u32::from(shard.lanes);
+    let result = key.g as u32 & u32::from(shard.lanes);
     if odd != result & ((1 << early) - 1) {
         return false;
     }
