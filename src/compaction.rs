@@ -242,7 +242,7 @@ impl DbInner {
                 }
             };
             // A failure has poisoned the database; the loop then ends.
-            let _ = self.run_claimed(&job);
+            let _ = self.run_claimed(job);
         }
     }
 
@@ -251,8 +251,15 @@ impl DbInner {
     /// `build`) poisons the database and comes back as `Error::Poisoned`.
     /// (A panic that skipped giving the claim back left every later
     /// compaction, foreground or background, waiting for it forever.)
-    fn run_claimed(&self, job: &CompactionJob) -> Result<()> {
-        let failed = match self.run_background("compaction", || self.run_compaction(job)) {
+    ///
+    /// The job is dropped before the claim is given back: its inputs hold
+    /// the last references to the tables it replaced, whose files go when
+    /// those drop. Dropped after, a caller woken by the claim's release
+    /// (`wait_for_compactions`, `compact`) could return while the files
+    /// were still on disk (a review counted them right after the call in
+    /// 575 of 3,000 rounds).
+    fn run_claimed(&self, job: CompactionJob) -> Result<()> {
+        let failed = match self.run_background("compaction", || self.run_compaction(&job)) {
             Some(Ok(())) => None,
             Some(Err(e)) => {
                 self.set_poison(&e);
@@ -261,6 +268,7 @@ impl DbInner {
             // `run_background` poisoned the database with the panic.
             None => Some(self.poison_reason()),
         };
+        drop(job);
         let mut bg = self.bg.lock();
         bg.compacting = false;
         self.bg_cv.notify_all();
@@ -329,7 +337,7 @@ impl DbInner {
         // One job takes every table of level 0, those present at the start
         // among them.
         if let Some(job) = self.claim(pick)? {
-            self.run_claimed(&job)?;
+            self.run_claimed(job)?;
             self.balance_levels()?;
         }
         Ok(())
@@ -360,7 +368,7 @@ impl DbInner {
             while let Some(job) =
                 self.claim(|db, pointer| db.pick_compaction_in(level, pointer, born_before))?
             {
-                self.run_claimed(&job)?;
+                self.run_claimed(job)?;
             }
         }
         Ok(())
@@ -491,7 +499,7 @@ impl DbInner {
                 Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
             };
             match self.claim(pick)? {
-                Some(job) => self.run_claimed(&job)?,
+                Some(job) => self.run_claimed(job)?,
                 None => return Ok(()),
             }
         }

@@ -242,6 +242,45 @@ fn compacted_inputs_are_deleted_only_after_readers_let_go() {
     assert_eq!(sst_files(), after.len());
 }
 
+/// When `wait_for_compactions` returns, the tables the background
+/// compactions replaced are gone from the directory (nothing else holds
+/// them). The background thread used to drop the job, and with it the last
+/// references to its inputs, after waking the waiter: a review found the
+/// inputs' files still on disk right after the call in 575 of 3,000 rounds
+/// of this workload.
+#[test]
+fn replaced_tables_are_gone_when_wait_for_compactions_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path(),
+        Options {
+            memtable_bytes: 2 << 10,
+            table_bytes: 1 << 10,
+            level1_bytes: 4 << 10,
+            level0_compaction_trigger: 1,
+            num_levels: 3,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut lingering = Vec::new();
+    for round in 0..600u64 {
+        for i in 0..20u64 {
+            let k = format!("k{:04}", (round * 7 + i * 13) % 500);
+            db.put(k, [round as u8; 40]).unwrap();
+        }
+        db.wait_for_compactions().unwrap();
+        let (files, live) = (common::table_files(dir.path()), db.tables().len());
+        if files != live {
+            lingering.push((round, files, live));
+        }
+    }
+    assert!(
+        lingering.is_empty(),
+        "(round, table files, live tables) right after wait_for_compactions: {lingering:?}"
+    );
+}
+
 /// With two levels, `compact()` leaves level-0 tables below the trigger in
 /// place: merging them would rewrite level 1, the whole database.
 #[test]
