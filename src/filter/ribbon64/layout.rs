@@ -689,6 +689,8 @@ const AUTHENTIC_AMD: [u32; 3] = [
 /// Whether an AMD CPU of processor signature `eax` (CPUID leaf 1) is a Zen
 /// or Zen+ core: family 17h (base family Fh plus extended family 8h),
 /// model below 30h (extended model in bits 16..20, base model in 4..8).
+/// (x86-64 only, and for its test everywhere: other targets never ask.)
+#[cfg(any(target_arch = "x86_64", test))]
 pub(super) fn splits_256_bit_vectors(eax: u32) -> bool {
     let base_family = (eax >> 8) & 0xf;
     let family = if base_family == 0xf {
