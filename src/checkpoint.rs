@@ -38,6 +38,31 @@ use crate::manifest::{manifest_file_name, Manifest, CURRENT_FILE_NAME, CURRENT_T
 use crate::version::table_file_name;
 
 impl DbInner {
+    /// Whether `path` is, or once created would be, an entry of the
+    /// database directory whose name the engine uses or will use there: a
+    /// numbered file (table, log, set-aside log, manifest), `CURRENT`,
+    /// `CURRENT.tmp` or `LOCK`.
+    fn is_reserved_name_in_db_dir(&self, path: &Path) -> bool {
+        let Some(resolved) = resolve_to_be_created(path) else {
+            return false;
+        };
+        let Some(name) = resolved.file_name().and_then(|n| n.to_str()) else {
+            return false;
+        };
+        let reserved = crate::db::engine_file_number(name).is_some()
+            || [
+                CURRENT_FILE_NAME,
+                CURRENT_TEMP_FILE_NAME,
+                crate::db::LOCK_FILE_NAME,
+            ]
+            .contains(&name);
+        reserved
+            && match (resolved.parent(), self.dir.canonicalize()) {
+                (Some(parent), Ok(db_dir)) => parent == db_dir,
+                _ => false,
+            }
+    }
+
     /// Writes a checkpoint of the database into `dest` (see the module
     /// documentation).
     pub(crate) fn checkpoint(&self, dest: &Path) -> Result<()> {
@@ -50,23 +75,24 @@ impl DbInner {
         if dest.as_os_str().is_empty() {
             return Err(Error::invalid("checkpoint destination is an empty path"));
         }
-        // A destination inside the database directory named like one of
-        // its files takes a file number the engine will hand out: the
-        // flush or open that gets to it cannot create its file (found by
-        // review, twenty-sixth session).
-        if let Some(name) = dest.file_name().and_then(|n| n.to_str()) {
-            let parent = match dest.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let inside = match (parent.canonicalize(), self.dir.canonicalize()) {
-                (Ok(a), Ok(b)) => a == b,
-                _ => false,
-            };
-            if inside && crate::db::engine_file_number(name).is_some() {
+        // No directory this call makes inside the database directory may
+        // take a name the engine writes there: one named like a numbered
+        // file takes a number the engine will hand out, so the flush or
+        // open that gets to it cannot create its file (found by review,
+        // twenty-sixth session); `CURRENT`, `CURRENT.tmp` or `LOCK` stops
+        // the next open or manifest roll. That holds for `dest` and for
+        // every missing directory on the way to it (`db/000009.log/cp`
+        // creates `db/000009.log`: found by review, twenty-eighth session).
+        let to_create = dest
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists());
+        for dir in std::iter::once(dest).chain(to_create) {
+            if self.is_reserved_name_in_db_dir(dir) {
                 return Err(Error::invalid(format!(
-                    "checkpoint destination {} is in the database directory under the name                      of one of its files: choose another name",
-                    dest.display()
+                    "checkpoint destination {} would put a directory named like one of the \
+                     database's own files ({}) in the database directory: choose another name",
+                    dest.display(),
+                    dir.display()
                 )));
             }
         }
@@ -170,4 +196,33 @@ impl DbInner {
         }
         result
     }
+}
+
+/// The absolute path `path` names once every missing directory on the way
+/// to it is created: its longest existing ancestor, canonical, then the
+/// remaining components with `.` and `..` applied as written (those
+/// directories do not exist yet, so they are no links, and `new/..` is the
+/// directory `new` is made in). `None` when that cannot be told (a
+/// component such as a prefix or root after the existing part, or an
+/// ancestor that cannot be canonicalized).
+fn resolve_to_be_created(path: &Path) -> Option<PathBuf> {
+    let base = path
+        .ancestors()
+        .find(|a| a.as_os_str().is_empty() || a.exists())?;
+    let mut resolved = if base.as_os_str().is_empty() {
+        Path::new(".").canonicalize().ok()?
+    } else {
+        base.canonicalize().ok()?
+    };
+    for component in path.strip_prefix(base).ok()?.components() {
+        match component {
+            std::path::Component::Normal(name) => resolved.push(name),
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                resolved.pop();
+            }
+            _ => return None,
+        }
+    }
+    Some(resolved)
 }

@@ -813,7 +813,11 @@ impl Db {
     /// Errors: [`Error::InvalidArgument`] if `dest` exists and is not an
     /// empty directory (nothing is written; a path such as `x/new/..`,
     /// which names `x` once `new` is created, is refused too, leaving `new`
-    /// behind, empty), [`Error::Io`] naming the file that failed (the files
+    /// behind, empty), or if `dest` or a directory this call would create
+    /// on the way to it is an entry of this database's directory named as
+    /// the engine names its own files (`000012.log`, `000012.sst`,
+    /// `MANIFEST-000012`, `CURRENT`, `CURRENT.tmp`, `LOCK`, ...: nothing is
+    /// created), [`Error::Io`] naming the file that failed (the files
     /// made so far are removed, best effort), [`Error::Poisoned`] if the
     /// database refuses writes (the checkpoint flushes first).
     pub fn checkpoint(&self, dest: impl AsRef<Path>) -> Result<()> {
@@ -1049,7 +1053,7 @@ fn acquire_lock(dir: &Path) -> Result<DirLock> {
     if open.contains(&id) {
         return Err(Error::Locked(dir.to_path_buf()));
     }
-    let path = dir.join("LOCK");
+    let path = dir.join(LOCK_FILE_NAME);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -1153,6 +1157,10 @@ pub(crate) fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
 /// database's lifetime (a new file every microsecond for 9,000 years), and
 /// far below `u64::MAX`, so the next number never overflows.
 pub(crate) const MAX_FILE_NUMBER: u64 = 1 << 58;
+
+/// The file whose lock keeps a second process (or a second `Db` of this
+/// process) from opening the database directory.
+pub(crate) const LOCK_FILE_NAME: &str = "LOCK";
 
 /// Table-building options: the database's block settings and
 /// `filter_policy` (from [`filter_policy_for_write`]).

@@ -537,6 +537,86 @@ fn directories_named_like_future_files_do_not_collide() {
     );
 }
 
+/// Regression (found by review, twenty-eighth session): the check above
+/// looked only at the destination's own name, so `db/000009.log/cp` made a
+/// directory `db/000009.log` on the way, and the memtable switch that
+/// reached log 9 failed and poisoned the database; `db/CURRENT.tmp` made
+/// the next open fail. Every directory a checkpoint would create inside
+/// the database directory is now checked, and so are the names `CURRENT`,
+/// `CURRENT.tmp` and `LOCK`; nothing is created when one is refused.
+#[test]
+fn no_directory_on_the_way_takes_an_engine_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Options::default()).expect("open");
+    db.put(b"k", b"v").expect("put");
+    db.flush().expect("flush");
+    let highest = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .filter_map(|e| {
+            let name = e.expect("entry").file_name().into_string().ok()?;
+            name.trim_start_matches("MANIFEST-")
+                .get(..6)?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .expect("the database's files");
+    let mut refused = Vec::new();
+    for n in highest + 1..=highest + 4 {
+        for ext in ["log", "sst", "log.dropped"] {
+            refused.push(dir.path().join(format!("{n:06}.{ext}")).join("cp"));
+            refused.push(dir.path().join(format!("{n:06}.{ext}")).join("a").join("b"));
+        }
+        refused.push(dir.path().join(format!("MANIFEST-{n:06}")).join("cp"));
+    }
+    // (`CURRENT/cp` and `LOCK/cp` fail anyway: those are files.)
+    for name in ["CURRENT", "CURRENT.tmp", "LOCK"] {
+        refused.push(dir.path().join(name));
+    }
+    refused.push(dir.path().join("CURRENT.tmp").join("cp"));
+    // Through a relative spelling of the database directory too.
+    refused.push(dir.path().join("sub").join("..").join("CURRENT.tmp"));
+    for dest in &refused {
+        match db.checkpoint(dest) {
+            Err(Error::InvalidArgument(why)) => {
+                assert!(why.contains("choose another name"), "{why}")
+            }
+            other => panic!("{}: {other:?}", dest.display()),
+        }
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    for name in &names {
+        assert!(
+            !dir.path().join(name).is_dir(),
+            "{name}: a refused checkpoint created a directory"
+        );
+    }
+    // The database goes on: flushes past those numbers, a reopen.
+    for i in 0..12u32 {
+        db.put(i.to_be_bytes(), b"v").expect("put");
+        db.flush().expect("flush");
+    }
+    // A name below a directory of another name is still a checkpoint.
+    db.checkpoint(dir.path().join("backups").join("000001.log"))
+        .expect("a numbered name below another directory");
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).expect("reopen");
+    assert_eq!(db.get(b"k").expect("get"), Some(b"v".to_vec()));
+    assert_eq!(
+        db.get(11u32.to_be_bytes()).expect("get"),
+        Some(b"v".to_vec())
+    );
+    let copy = Db::open(
+        dir.path().join("backups").join("000001.log"),
+        Options::default(),
+    )
+    .expect("open the checkpoint");
+    assert_eq!(copy.get(b"k").expect("get"), Some(b"v".to_vec()));
+}
+
 #[test]
 fn a_directory_named_like_an_engine_file_is_left_alone() {
     for name in [

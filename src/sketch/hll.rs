@@ -233,7 +233,15 @@ impl HyperLogLog {
                     }
                 }
                 pending.push(pair);
-                if pending.len() >= pending_capacity(p) {
+                // Also when the buffer could carry the list past the sparse
+                // limit: a sparse sketch then never holds more pairs than
+                // the limit, so it is the sketch its bytes decode to (its
+                // bytes are dense past the limit) and merging an empty
+                // sketch into it changes nothing (found by review,
+                // twenty-eighth session).
+                if pending.len() >= pending_capacity(p)
+                    || pairs.len() + pending.len() > sparse_limit(p)
+                {
                     self.flush_pending();
                 }
             }

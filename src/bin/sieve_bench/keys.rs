@@ -56,7 +56,8 @@ impl KeySpace {
         let largest = num
             .checked_mul(2)
             .ok_or_else(|| BenchError::Invalid(format!("--num {num} is too large")))?;
-        let need = digits(largest);
+        // The largest key number is the last missing key's, `2 * num - 1`.
+        let need = digits(largest - 1);
         if key_size < need {
             return Err(BenchError::Invalid(format!(
                 "--key-size {key_size} cannot hold {num} keys and the missing keys between them \
@@ -261,6 +262,23 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert!(a[32..].iter().all(|&x| x == b'x'));
         assert!(ks.with_compression_ratio(0.0).is_err());
+    }
+
+    /// Regression (found by review, twenty-eighth session): the digits
+    /// were counted for `2 * num`, one past the largest key number, so
+    /// `--num 50 --key-size 2` (keys 00 to 99) was refused.
+    #[test]
+    fn key_size_fits_the_largest_key_number_exactly() {
+        assert!(KeySpace::new(50, 2, 8, 1).is_ok());
+        assert!(KeySpace::new(51, 2, 8, 1).is_err());
+        assert!(KeySpace::new(5, 1, 8, 1).is_ok());
+        assert!(KeySpace::new(6, 1, 8, 1).is_err());
+        let ks = KeySpace::new(50, 2, 8, 1).unwrap();
+        let mut key = Vec::new();
+        ks.missing_key(49, &mut key);
+        assert_eq!(key, b"99");
+        ks.present_key(0, &mut key);
+        assert_eq!(key, b"00");
     }
 
     #[test]
