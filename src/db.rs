@@ -1486,6 +1486,10 @@ impl DbInner {
 
     fn write(&self, batch: &WriteBatch) -> Result<()> {
         self.validate_batch(batch)?;
+        // Before the empty batch's early return: a poisoned database
+        // acknowledges no write, not even an empty one (found by review,
+        // twenty-eighth session).
+        self.check_writable()?;
         if batch.is_empty() {
             return Ok(());
         }

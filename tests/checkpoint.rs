@@ -471,6 +471,22 @@ fn a_directory_holding_only_a_non_utf8_name_is_not_empty() {
     assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 1, "written into");
 }
 
+/// The highest file number among the database files in `dir` (tables,
+/// logs, manifests).
+fn highest_file_number(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| {
+            let name = e.expect("entry").file_name().into_string().ok()?;
+            name.trim_start_matches("MANIFEST-")
+                .get(..6)?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .expect("the database's files")
+}
+
 /// A checkpoint made inside the database directory under a name the engine
 /// uses for its own files (or any directory so named) is not taken for a
 /// log to replay or a file to delete: the database still opens, and
@@ -508,17 +524,7 @@ fn directories_named_like_future_files_do_not_collide() {
     drop(db);
     // Directories named for the next file numbers, then an open and
     // enough flushes to pass them.
-    let highest = std::fs::read_dir(dir.path())
-        .expect("read_dir")
-        .filter_map(|e| {
-            let name = e.expect("entry").file_name().into_string().ok()?;
-            name.trim_start_matches("MANIFEST-")
-                .get(..6)?
-                .parse::<u64>()
-                .ok()
-        })
-        .max()
-        .expect("the database's files");
+    let highest = highest_file_number(dir.path());
     for n in highest + 1..=highest + 12 {
         std::fs::create_dir(dir.path().join(format!("{n:06}.log"))).expect("mkdir");
         std::fs::create_dir(dir.path().join(format!("{n:06}.sst"))).expect("mkdir");
@@ -550,17 +556,7 @@ fn no_directory_on_the_way_takes_an_engine_name() {
     let db = Db::open(dir.path(), Options::default()).expect("open");
     db.put(b"k", b"v").expect("put");
     db.flush().expect("flush");
-    let highest = std::fs::read_dir(dir.path())
-        .expect("read_dir")
-        .filter_map(|e| {
-            let name = e.expect("entry").file_name().into_string().ok()?;
-            name.trim_start_matches("MANIFEST-")
-                .get(..6)?
-                .parse::<u64>()
-                .ok()
-        })
-        .max()
-        .expect("the database's files");
+    let highest = highest_file_number(dir.path());
     let mut refused = Vec::new();
     for n in highest + 1..=highest + 4 {
         for ext in ["log", "sst", "log.dropped"] {

@@ -1047,3 +1047,27 @@ fn no_power_cut_leaves_a_hole_before_a_seal() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// Regression (found by review, twenty-eighth session): an empty batch
+/// returned `Ok` from a poisoned database, which acknowledges no write
+/// until it is reopened (`docs/reliability.md`, "Failures"). Empty batches
+/// are refused like any other write, and still succeed on a healthy
+/// database.
+#[test]
+fn a_poisoned_database_refuses_an_empty_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = FaultFs::new();
+    let opts = Options {
+        fs: Arc::new(fs.clone()),
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).expect("open");
+    db.write(&sievedb::WriteBatch::new())
+        .expect("an empty batch on a healthy database");
+    fs.fail_nth(Some(FaultOp::Append), 1, FaultKind::Io)
+        .expect("plan");
+    assert!(matches!(db.put(b"k", b"v"), Err(Error::Io { .. })));
+    assert!(matches!(db.put(b"k", b"v"), Err(Error::Poisoned(_))));
+    let empty = db.write(&sievedb::WriteBatch::new());
+    assert!(matches!(empty, Err(Error::Poisoned(_))), "{empty:?}");
+}
