@@ -690,10 +690,11 @@ impl Db {
     /// A point-in-time scan of the keys that start with `prefix`, ascending
     /// (an empty prefix scans everything).
     ///
-    /// With [`Options::prefix_filter_len`] `= Some(n)` and a prefix of at
-    /// least `n` bytes, each table whose filter says no key starts with the
-    /// prefix's first `n` bytes is skipped without reading any of its
-    /// blocks (counted in [`Stats::prefix_filter_checks`] and
+    /// Each table whose filter was built with key prefixes of a length `n`
+    /// (recorded per table, from [`Options::prefix_filter_len`] when it was
+    /// written) is, for a prefix of at least `n` bytes, skipped without
+    /// reading any of its blocks when its filter says no key starts with the
+    /// prefix's first `n` bytes (counted in [`Stats::prefix_filter_checks`] and
     /// [`Stats::prefix_filter_negatives`]), as are tables whose key range
     /// cannot hold such a key. The answer is the same with or without the
     /// filter: only the blocks read differ.

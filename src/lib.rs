@@ -53,7 +53,8 @@
 //! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
 //! * [`sketch`]: HyperLogLog, Count-Min and heavy hitters: distinct-key
 //!   counts per table and level, hot keys on the read path.
-//! * [`fs`]: the filesystem interface every write goes through, and
+//! * [`fs`]: the filesystem interface every write goes through (except
+//!   the creation of the `LOCK` file), and
 //!   [`fs::FaultFs`], which simulates power loss and I/O errors in tests.
 //! * [`verify`]: [`Db::verify`], the whole-database integrity check.
 

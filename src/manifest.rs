@@ -753,8 +753,9 @@ impl Manifest {
     ///
     /// A `state` that could not be recovered (duplicate file numbers, a level
     /// `>= MAX_LEVELS`, impossible key or sequence ranges), or a `number`
-    /// equal to the manifest `CURRENT` names (creating it would truncate the
-    /// live manifest), is [`Error::InvalidArgument`] and nothing is written.
+    /// equal to the manifest `CURRENT` names, is [`Error::InvalidArgument`]
+    /// and nothing is written; any other existing file of the new name is
+    /// left alone (the create is exclusive) and gives [`Error::Io`].
     /// A damaged `CURRENT` is [`Error::Corruption`].
     pub fn create(
         fs: &dyn FileSystem,
@@ -782,8 +783,9 @@ impl Manifest {
             .apply(&snapshot, &path)
             .map_err(|e| Error::invalid(format!("state cannot be snapshotted: {e}")))?;
         let records = snapshot.snapshot_records(record_limit)?;
-        // Creating truncates: reusing the number of the manifest CURRENT
-        // names would destroy it before CURRENT moves on.
+        // The number of the manifest CURRENT names is a caller's mistake,
+        // reported as such (the exclusive create below would also refuse
+        // it, as an I/O error).
         if current_manifest_number(fs, dir)? == Some(number) {
             return Err(Error::invalid(format!(
                 "{name} is the current manifest; a new manifest needs a new number"

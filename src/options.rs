@@ -134,9 +134,13 @@ pub struct Options {
     /// least `n` bytes skips, unread, the tables whose filter says no key
     /// starts with it. Pick `n` as the length of the prefixes you scan
     /// (e.g. a fixed-width user id). The filter holds keys plus distinct
-    /// prefixes, and is sized for both. Tables written without prefixes,
-    /// or with another length, are still read correctly (never skipped by
-    /// their filter). Must be in `1..=max_key_bytes`. Default: `None`.
+    /// prefixes, and is sized for both. The length is recorded per table:
+    /// tables written without prefixes are never skipped by their filter,
+    /// and a table written with another length `m` (before the option
+    /// changed) is asked about the scanned prefix's first `m` bytes when
+    /// the prefix has at least `m`, and otherwise not skipped by its
+    /// filter. Either way the answers are correct. Must be in
+    /// `1..=max_key_bytes`. Default: `None`.
     pub prefix_filter_len: Option<usize>,
     /// Whether tables written to the deepest level that holds data get a
     /// filter. `false` (RocksDB's `optimize_filters_for_hits`) writes them
