@@ -171,7 +171,14 @@ pub struct LevelStats {
 pub struct Stats {
     /// Point reads served.
     pub gets: u64,
-    /// Filters asked.
+    /// Filters asked. Every check ends as one of the next three counters
+    /// (`filter_checks = filter_negatives + filter_false_positives +
+    /// filter_true_positives`), except one whose data block read then
+    /// fails with an error (a damaged block: `Error::Corruption`), which
+    /// counts the check and the block read but no answer. A table without
+    /// a filter (`NoFilter`, `Options::last_level_filters = false`, or
+    /// filter bytes that cannot be decoded) counts a check answered
+    /// "maybe", so its reads show as positives.
     pub filter_checks: u64,
     /// Filters that answered "absent".
     pub filter_negatives: u64,
@@ -195,7 +202,10 @@ pub struct Stats {
     pub bytes_read: u64,
     /// Data blocks read by point reads.
     pub get_data_block_reads: u64,
-    /// Table filters asked about a prefix by prefix scans.
+    /// Table filters asked about a prefix by prefix scans: those of tables
+    /// written with a prefix length (`Options::prefix_filter_len`) no
+    /// longer than the prefix. A table written with a prefix length but
+    /// without a filter (`NoFilter`) counts a check answered "maybe".
     pub prefix_filter_checks: u64,
     /// Prefix checks that answered "absent" (tables skipped unread).
     pub prefix_filter_negatives: u64,
