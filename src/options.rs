@@ -79,7 +79,9 @@ pub struct Options {
     /// `multi_get`, on the database or a snapshot), not to scans: after
     /// reopening with a smaller limit, keys stored under a larger one still
     /// appear in scans, but a `get` of such a key is
-    /// [`Error::InvalidArgument`].
+    /// [`Error::InvalidArgument`], and so is a `delete` of it (a delete is
+    /// a write): such keys stay until the database is reopened with a
+    /// limit that admits them again.
     pub max_key_bytes: usize,
     /// Largest accepted value, in bytes. Default 64 MiB. A write batch is
     /// one log record of at most 1 GiB, so
