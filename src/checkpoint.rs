@@ -83,10 +83,14 @@ impl DbInner {
         // the next open or manifest roll. That holds for `dest` and for
         // every missing directory on the way to it (`db/000009.log/cp`
         // creates `db/000009.log`: found by review, twenty-eighth session).
-        let to_create = dest
+        // Directories this call creates: each one's entry is durable only
+        // once its parent is synced (the working directory for a relative
+        // path's first component), below.
+        let created: Vec<&Path> = dest
             .ancestors()
-            .take_while(|a| !a.as_os_str().is_empty() && !a.exists());
-        for dir in std::iter::once(dest).chain(to_create) {
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .collect();
+        for dir in std::iter::once(dest).chain(created.iter().copied()) {
             if self.is_reserved_name_in_db_dir(dir) {
                 return Err(Error::invalid(format!(
                     "checkpoint destination {} would put a directory named like one of the \
@@ -114,13 +118,6 @@ impl DbInner {
             Err(e) => return Err(Error::io(dest, e)),
         }
         self.flush()?;
-        // Directories this call creates: each one's entry is durable only
-        // once its parent is synced (the working directory for a relative
-        // path's first component).
-        let created: Vec<&Path> = dest
-            .ancestors()
-            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
-            .collect();
         fs.create_dir_all(dest).map_err(|e| Error::io(dest, e))?;
         for dir in created.iter().rev() {
             let parent = match dir.parent() {
