@@ -12,8 +12,11 @@
 //!
 //! Keys stay unambiguous because a database never reuses a file number:
 //! numbers come from one counter that only grows (`DbInner::next_file`,
-//! started past every number in the manifest and in the directory), and the
-//! cache lives no longer than the `Db`. A table erases its blocks when it
+//! started past every number in the manifest and in the directory), and a
+//! cache belongs to one open `Db`: a reopened database gets a new one. (An
+//! iterator still open after `Db::close` keeps its tables, and through them
+//! the old cache, alive; it reads only its own tables' blocks, so no key of
+//! the new cache can meet them.) A table erases its blocks when it
 //! is dropped (its file is then deleted or the database is closing), so the
 //! blocks of compacted-away tables do not wait for eviction.
 //!
@@ -43,8 +46,11 @@ use quick_cache::sync::Cache;
 use quick_cache::{OptionsBuilder, Weighter};
 
 /// Bytes charged per entry on top of its contents: the `Arc` header, the
-/// key and the cache's own bookkeeping, roughly.
-const ENTRY_OVERHEAD: u64 = 64;
+/// key, the cache's own bookkeeping and the allocator's rounding, roughly.
+/// Measured (live heap bytes against the charged bytes, 33,334 blocks of
+/// 64 bytes, twenty-ninth session): about 125 bytes per entry; with 64 the
+/// cache of tiny blocks held 1.44x its capacity.
+const ENTRY_OVERHEAD: u64 = 128;
 
 /// Weighs an entry by the bytes it holds.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +113,15 @@ pub(crate) struct BlockCache {
     misses: AtomicU64,
     /// Misses between clears of the doorkeeper.
     window: u64,
+    /// The heaviest entry the cache accepts: `HOT_ALLOCATION` of a
+    /// shard's capacity (`quick_cache` refuses heavier ones).
+    max_weight: u64,
 }
+
+/// The share of each shard the cache's hot entries may take (`quick_cache`'s
+/// default, set explicitly because an entry heavier than this share of its
+/// shard is refused).
+const HOT_ALLOCATION: f64 = 0.97;
 
 /// Bytes of a typical data block, to turn the capacity into a block count
 /// for the doorkeeper (the default `Options::block_bytes`).
@@ -136,8 +150,8 @@ impl BlockCache {
             return Ok(None);
         }
         let capacity = capacity as u64;
-        // Each shard holds a share of the capacity, and a block larger than
-        // a shard's share is never cached: keep shards of at least 1 MiB
+        // Each shard holds a share of the capacity, and a block heavier than
+        // `HOT_ALLOCATION` of a shard's share is never cached: keep shards of at least 1 MiB
         // (one shard below that).
         let mib = (capacity >> 20).clamp(1, 16);
         let shards = 1usize << (63 - mib.leading_zeros());
@@ -147,6 +161,7 @@ impl BlockCache {
         let capacity = capacity - capacity % shards as u64;
         let options = OptionsBuilder::new()
             .shards(shards)
+            .hot_allocation(HOT_ALLOCATION)
             .estimated_items_capacity(((capacity / 4096) as usize).max(16))
             .weight_capacity(capacity)
             .build()
@@ -157,11 +172,16 @@ impl BlockCache {
         let words = (window * DOORKEEPER_BITS_PER_BLOCK)
             .div_ceil(64)
             .next_power_of_two();
+        let cache = Cache::with_options(options, BytesWeighter, KeyHashBuilder, Default::default());
+        // As `quick_cache` computes it for each shard.
+        let shard = cache.shard_capacity();
+        let max_weight = ((shard as f64 * HOT_ALLOCATION) as u64).clamp(shard.min(1), shard);
         Ok(Some(Arc::new(BlockCache {
-            cache: Cache::with_options(options, BytesWeighter, KeyHashBuilder, Default::default()),
+            cache,
             seen: (0..words).map(|_| AtomicU64::new(0)).collect(),
             misses: AtomicU64::new(0),
             window,
+            max_weight,
         })))
     }
 
@@ -183,6 +203,14 @@ impl BlockCache {
         before & mask != 0
     }
 
+    /// Whether a block of `len` bytes (decompressed) can be cached at all:
+    /// a heavier one is refused by [`insert`](Self::insert), so copying it
+    /// for the cache would be wasted.
+    #[inline]
+    pub(crate) fn can_hold(&self, len: usize) -> bool {
+        (len as u64).saturating_add(ENTRY_OVERHEAD) <= self.max_weight
+    }
+
     /// The cached contents of block `offset` of table `file`, if held.
     #[inline]
     pub(crate) fn get(&self, file: u64, offset: u64) -> Option<Arc<[u8]>> {
@@ -190,8 +218,11 @@ impl BlockCache {
     }
 
     /// Caches `contents` (already verified) as block `offset` of table
-    /// `file`, evicting others as needed; a block larger than a shard's
-    /// capacity is not cached.
+    /// `file`, evicting others as needed; a block that [`can_hold`]
+    /// refuses (heavier than `HOT_ALLOCATION` of a shard's capacity) is
+    /// not cached.
+    ///
+    /// [`can_hold`]: Self::can_hold
     pub(crate) fn insert(&self, file: u64, offset: u64, contents: Arc<[u8]>) {
         self.cache.insert((file, offset), contents);
     }

@@ -193,8 +193,10 @@ pub struct Stats {
     /// check).
     pub block_cache_hits: u64,
     /// Of those, blocks not in the block cache: read from the file and
-    /// verified (point reads then cache them, scans do not). Without a
-    /// cache this stays 0 and every data block read goes to the file.
+    /// verified. A point read caches a block on its second miss within the
+    /// cache's admission window (not its first), if the block fits; scans
+    /// never fill the cache. Without a cache this stays 0 and every data
+    /// block read goes to the file.
     pub block_cache_misses: u64,
     /// Bytes of data blocks read (like `data_block_reads`, whether the
     /// block cache or the file served them), as stored in the file: a

@@ -379,7 +379,7 @@ impl Table {
         }
         ReadCounters::add(&c.block_cache_misses, 1);
         let contents = self.data_block(h)?;
-        if !fill || !cache.admit(file, h.offset) {
+        if !fill || !cache.can_hold(contents.as_slice().len()) || !cache.admit(file, h.offset) {
             return Ok(contents);
         }
         let copy: Arc<[u8]> = match contents {
@@ -566,7 +566,8 @@ impl Table {
     ///    the block cache if the table has one and it holds the block
     ///    (`block_cache_hits`), else from the file with its checksum
     ///    verified and, if stored compressed, decompressed
-    ///    (`block_cache_misses` with a cache), then cached. Its
+    ///    (`block_cache_misses` with a cache), then cached if the cache
+    ///    admits it (its second miss, see [`BlockCache::admit`]). Its
     ///    restart points are binary-searched and at most one restart
     ///    interval scanned.
     /// 4. `filter_false_positives` counts lookups of keys of which the table
