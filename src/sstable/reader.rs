@@ -567,7 +567,7 @@ impl Table {
     ///    (`block_cache_hits`), else from the file with its checksum
     ///    verified and, if stored compressed, decompressed
     ///    (`block_cache_misses` with a cache), then cached if the cache
-    ///    admits it (its second miss, see [`BlockCache::admit`]). Its
+    ///    admits it (its second miss within the cache's admission window). Its
     ///    restart points are binary-searched and at most one restart
     ///    interval scanned.
     /// 4. `filter_false_positives` counts lookups of keys of which the table
