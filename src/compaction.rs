@@ -10,9 +10,14 @@
 //! deeper levels `bytes / target`. A level needs a compaction when level
 //! 0's score reaches 1 or a deeper level's exceeds 1 (the last level never
 //! compacts downward); of those, the one with the highest score compacts. From level 0 every table is taken (they
-//! overlap each other); from a deeper level one table, chosen by rotating
-//! through the key space with a per-level pointer, so every range is
-//! visited. The overlapping tables of the next level join the inputs.
+//! overlap each other); from a deeper level one table, chosen by
+//! `Options::compaction_pick`: by default (`CompactionPick::Rotation`) by
+//! rotating through the key space with a per-level pointer, so every range
+//! is visited; with `CompactionPick::MostDropped`, the table whose merge
+//! with the overlapping tables below would drop the largest share of
+//! entries (entries minus the HyperLogLog union of their distinct keys, per
+//! byte written) when that share is worth it, else the rotation's. The
+//! overlapping tables of the next level join the inputs.
 //!
 //! # Merging
 //! A k-way merge of the inputs' internal keys keeps the newest version of
