@@ -49,7 +49,7 @@ use crate::recovery::{replay_logs, set_aside_logs, RecoveryReport};
 use crate::sketch::{HeavyHitters, HyperLogLog};
 use crate::snapshot::Snapshot;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
-use crate::stats::{LevelStats, ReadCounters, Stats, TableInfo};
+use crate::stats::{LevelStats, ReadCost, ReadCounters, ReadSource, Stats, TableInfo};
 use crate::version::{
     table_file_name, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
 };
@@ -637,6 +637,46 @@ impl Db {
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.check_open()?;
         self.inner.get(key.as_ref())
+    }
+
+    /// [`get`](Self::get), with what this read alone cost: the filters it
+    /// asked and their answers, the data blocks it read (from the block
+    /// cache or the file) and where the answer came from. The read also
+    /// moves the database-wide counters of [`stats`](Self::stats) exactly
+    /// as `get` does; the cost is this read's share, exact even while other
+    /// threads read.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// use sievedb::{Db, Options, ReadSource};
+    /// let db = Db::open(dir.path(), Options::default())?;
+    /// db.put(b"k", b"v")?;
+    /// db.flush()?;
+    /// let (value, cost) = db.get_with_cost(b"k")?;
+    /// assert_eq!(value.as_deref(), Some(&b"v"[..]));
+    /// assert!(matches!(cost.source, ReadSource::Table { level: 0, .. }));
+    /// assert_eq!((cost.filter_checks, cost.data_block_reads), (1, 1));
+    /// let (value, cost) = db.get_with_cost(b"absent")?;
+    /// assert_eq!(value, None);
+    /// assert_eq!(cost.source, ReadSource::Nowhere);
+    /// // "absent" sorts before "k", outside the only table's key range:
+    /// // no filter asked, nothing read.
+    /// assert_eq!((cost.filter_checks, cost.data_block_reads), (0, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails as [`get`](Self::get) does.
+    pub fn get_with_cost(&self, key: impl AsRef<[u8]>) -> Result<(Option<Vec<u8>>, ReadCost)> {
+        self.check_open()?;
+        let sv = self.inner.sv.load();
+        let snapshot = self.inner.visible_seq.load(Ordering::Acquire);
+        let mut cost = ReadCost::default();
+        let value = self
+            .inner
+            .get_in_costed(&sv, snapshot, key.as_ref(), &mut cost)?;
+        Ok((value, cost))
     }
 
     /// The values of `keys`, all read at one point in time: answer `i` is
@@ -1673,15 +1713,29 @@ impl DbInner {
         snapshot: SequenceNumber,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>> {
+        self.get_in_costed(sv, snapshot, key, &mut ReadCost::default())
+    }
+
+    /// [`get_in`](Self::get_in), adding what the read cost to `cost`.
+    #[inline]
+    pub(crate) fn get_in_costed(
+        &self,
+        sv: &SuperVersion,
+        snapshot: SequenceNumber,
+        key: &[u8],
+        cost: &mut ReadCost,
+    ) -> Result<Option<Vec<u8>>> {
         self.validate_key(key)?;
         ReadCounters::add(&self.counters.gets, 1);
         let hash = key_hash(key);
         self.sample_read(key, hash);
-        self.get_at(sv, snapshot, key, hash)
+        self.get_at(sv, snapshot, key, hash, cost)
     }
 
     /// The value of `key` (hashed to `hash`) in super version `sv` at
-    /// sequence `snapshot`: memtables newest first, then the tables.
+    /// sequence `snapshot`: memtables newest first, then the tables. What
+    /// the read cost is added to `cost`, and `cost.source` says where the
+    /// answer came from.
     #[inline]
     fn get_at(
         &self,
@@ -1689,18 +1743,25 @@ impl DbInner {
         snapshot: SequenceNumber,
         key: &[u8],
         hash: u64,
+        cost: &mut ReadCost,
     ) -> Result<Option<Vec<u8>>> {
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if mem.is_empty() {
                 continue;
             }
             match mem.get(key, snapshot) {
-                Some(MemLookup::Value(v)) => return Ok(Some(v)),
-                Some(MemLookup::Deleted) => return Ok(None),
+                Some(MemLookup::Value(v)) => {
+                    cost.source = ReadSource::Memtable;
+                    return Ok(Some(v));
+                }
+                Some(MemLookup::Deleted) => {
+                    cost.source = ReadSource::Memtable;
+                    return Ok(None);
+                }
                 None => {}
             }
         }
-        Ok(match sv.version.get(key, hash, snapshot)? {
+        Ok(match sv.version.get(key, hash, snapshot, cost)? {
             Some(found) if found.kind == ValueKind::Put => Some(found.value),
             _ => None,
         })
@@ -1730,7 +1791,7 @@ impl DbInner {
             let key = key.as_ref();
             let hash = key_hash(key);
             self.sample_read(key, hash);
-            values.push(self.get_at(sv, snapshot, key, hash)?);
+            values.push(self.get_at(sv, snapshot, key, hash, &mut ReadCost::default())?);
         }
         Ok(values)
     }

@@ -92,5 +92,5 @@ pub use options::{CompactionPick, Options, DEFAULT_BLOCK_CACHE_BYTES};
 pub use recovery::{RecoveryReport, RecoveryStop, WalRecovery};
 pub use snapshot::Snapshot;
 pub use sstable::Compression;
-pub use stats::{LevelStats, Stats, TableInfo};
+pub use stats::{LevelStats, ReadCost, ReadSource, Stats, TableInfo};
 pub use verify::{Problem, VerifyReport};

@@ -17,6 +17,7 @@ use crate::db::{owned_bounds, prefix_bounds, DbInner, SuperVersion};
 use crate::error::Result;
 use crate::key::SequenceNumber;
 use crate::merge::DbIterator;
+use crate::stats::ReadCost;
 
 /// A read-only view of a [`Db`](crate::Db) as of the moment
 /// [`Db::snapshot`](crate::Db::snapshot) was called.
@@ -66,6 +67,16 @@ impl<'db> Snapshot<'db> {
     /// [`Options::max_key_bytes`](crate::Options::max_key_bytes).
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.inner.get_in(&self.sv, self.sequence, key.as_ref())
+    }
+
+    /// [`get`](Self::get), with what this read alone cost, as
+    /// [`Db::get_with_cost`](crate::Db::get_with_cost) reports it.
+    pub fn get_with_cost(&self, key: impl AsRef<[u8]>) -> Result<(Option<Vec<u8>>, ReadCost)> {
+        let mut cost = ReadCost::default();
+        let value = self
+            .inner
+            .get_in_costed(&self.sv, self.sequence, key.as_ref(), &mut cost)?;
+        Ok((value, cost))
     }
 
     /// The values of `keys` as of the snapshot: answer `i` is what

@@ -121,6 +121,64 @@ impl ReadCounters {
     }
 }
 
+/// What one point read cost, from [`Db::get_with_cost`] or
+/// [`Snapshot::get_with_cost`]: the same quantities the database-wide
+/// counters ([`Stats`]) add up, for this read alone, so the cost of a read
+/// can be seen while other threads read too.
+///
+/// For a read that returns `Ok`, `filter_checks = filter_negatives +
+/// filter_false_positives + filter_true_positives` and `block_cache_hits +
+/// block_cache_misses` is `data_block_reads` with a block cache (both 0
+/// without one). A table without a filter counts a check answered "maybe".
+///
+/// [`Db::get_with_cost`]: crate::Db::get_with_cost
+/// [`Snapshot::get_with_cost`]: crate::Snapshot::get_with_cost
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReadCost {
+    /// Table filters asked: one per table whose key range covers the key,
+    /// in lookup order, until one table answered.
+    pub filter_checks: u64,
+    /// Of those, "absent": tables skipped without reading a data block.
+    pub filter_negatives: u64,
+    /// Of those, "maybe" for a key the table did not hold: a data block
+    /// read for nothing.
+    pub filter_false_positives: u64,
+    /// Of those, "maybe" for a key the table held (a value or a tombstone,
+    /// or versions of it newer than the read's snapshot).
+    pub filter_true_positives: u64,
+    /// Data blocks read, whether the block cache or the file served them.
+    pub data_block_reads: u64,
+    /// Of those, blocks the block cache served.
+    pub block_cache_hits: u64,
+    /// Of those, blocks read from the file (and verified) with a block
+    /// cache configured; 0 without one.
+    pub block_cache_misses: u64,
+    /// Bytes of the data blocks read, as stored in the file.
+    pub bytes_read: u64,
+    /// Where the answer came from.
+    pub source: ReadSource,
+}
+
+/// Where a point read found its answer ([`ReadCost::source`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadSource {
+    /// No memtable and no table held a version of the key visible to the
+    /// read: the answer is `None` after every covering table was asked.
+    #[default]
+    Nowhere,
+    /// A memtable held the newest visible version (a value or a
+    /// tombstone); no table was asked.
+    Memtable,
+    /// A table held the newest visible version (a value or a tombstone).
+    Table {
+        /// The level the table is in.
+        level: usize,
+        /// The table's file number (as in [`TableInfo::file_number`]).
+        file_number: u64,
+    },
+}
+
 /// The shape of one level of the tree.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LevelStats {

@@ -21,6 +21,7 @@ use crate::key::SequenceNumber;
 use crate::manifest::TableRecord;
 use crate::sketch::HyperLogLog;
 use crate::sstable::{Found, Table};
+use crate::stats::{ReadCost, ReadSource};
 
 /// Name of table file `number` inside the database directory.
 pub(crate) fn table_file_name(number: u64) -> String {
@@ -136,24 +137,42 @@ impl Version {
 
     /// The newest version of `user_key` visible at `snapshot`, searching
     /// tables in lookup order.
+    ///
+    /// What the lookup cost is added to `cost`, and `cost.source` names the
+    /// table that answered, if one did.
     pub(crate) fn get(
         &self,
         user_key: &[u8],
         key_hash: u64,
         snapshot: SequenceNumber,
+        cost: &mut ReadCost,
     ) -> Result<Option<Found>> {
+        let answered = |level: usize, handle: &TableHandle, cost: &mut ReadCost| {
+            cost.source = ReadSource::Table {
+                level,
+                file_number: handle.record.file_number,
+            };
+        };
         if let Some(l0) = self.levels.first() {
             for handle in l0 {
                 if handle.covers(user_key) {
-                    if let Some(found) = handle.table.get_in_range(user_key, key_hash, snapshot)? {
+                    if let Some(found) = handle
+                        .table
+                        .get_in_range(user_key, key_hash, snapshot, cost)?
+                    {
+                        answered(0, handle, cost);
                         return Ok(Some(found));
                     }
                 }
             }
         }
-        for tables in self.levels.iter().skip(1) {
+        for (level, tables) in self.levels.iter().enumerate().skip(1) {
             if let Some(handle) = find_covering(tables, user_key) {
-                if let Some(found) = handle.table.get_in_range(user_key, key_hash, snapshot)? {
+                if let Some(found) = handle
+                    .table
+                    .get_in_range(user_key, key_hash, snapshot, cost)?
+                {
+                    answered(level, handle, cost);
                     return Ok(Some(found));
                 }
             }

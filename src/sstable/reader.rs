@@ -30,7 +30,7 @@ use crate::filter::{prefix_hash, Filter, FilterPolicy, BUILTIN_NAME_PREFIX};
 use crate::key::{
     pack_trailer, unpack_trailer, SequenceNumber, ValueKind, MAX_SEQUENCE, TRAILER_LEN,
 };
-use crate::stats::ReadCounters;
+use crate::stats::{ReadCost, ReadCounters};
 
 /// One index entry held in memory: the last key of a data block and where
 /// the block lives.
@@ -77,6 +77,17 @@ impl Drop for Table {
             }
         }
     }
+}
+
+/// Where [`Table::read_data_block_from`] found a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockSource {
+    /// The table has no block cache: read from the file.
+    File,
+    /// The block cache held it.
+    Cache,
+    /// The block cache did not hold it: read from the file.
+    CacheMiss,
 }
 
 /// The verified contents of a data block: a view of the mapped file, or an
@@ -366,28 +377,39 @@ impl Table {
     /// window, see [`BlockCache::admit`]), caches the decompressed
     /// contents.
     pub(crate) fn read_data_block(&self, h: BlockHandle, fill: bool) -> Result<BlockBytes<'_>> {
+        self.read_data_block_from(h, fill)
+            .map(|(contents, _)| contents)
+    }
+
+    /// [`read_data_block`](Self::read_data_block), also saying where the
+    /// block came from.
+    fn read_data_block_from(
+        &self,
+        h: BlockHandle,
+        fill: bool,
+    ) -> Result<(BlockBytes<'_>, BlockSource)> {
         let c = &*self.counters;
         ReadCounters::add(&c.data_block_reads, 1);
         ReadCounters::add(&c.bytes_read, h.len);
         let Some(cache) = &self.cache else {
-            return self.data_block(h);
+            return Ok((self.data_block(h)?, BlockSource::File));
         };
         let file = self.meta.file_number;
         if let Some(cached) = cache.get(file, h.offset) {
             ReadCounters::add(&c.block_cache_hits, 1);
-            return Ok(BlockBytes::Owned(cached));
+            return Ok((BlockBytes::Owned(cached), BlockSource::Cache));
         }
         ReadCounters::add(&c.block_cache_misses, 1);
         let contents = self.data_block(h)?;
         if !fill || !cache.can_hold(contents.as_slice().len()) || !cache.admit(file, h.offset) {
-            return Ok(contents);
+            return Ok((contents, BlockSource::CacheMiss));
         }
         let copy: Arc<[u8]> = match contents {
             BlockBytes::Mapped(b) => Arc::from(b),
             BlockBytes::Owned(b) => b,
         };
         cache.insert(file, h.offset, Arc::clone(&copy));
-        Ok(BlockBytes::Owned(copy))
+        Ok((BlockBytes::Owned(copy), BlockSource::CacheMiss))
     }
 
     /// Reads a data block from the file without counting it and without
@@ -585,27 +607,31 @@ impl Table {
         {
             return Ok(None);
         }
-        self.get_in_range(user_key, key_hash, snapshot)
+        self.get_in_range(user_key, key_hash, snapshot, &mut ReadCost::default())
     }
 
     /// [`get`](Self::get) for a caller that has already checked that
     /// `user_key` lies in `[smallest, largest]` (the engine's lookup does,
     /// against the manifest's copy of the range): steps 2 to 4 only. A key
     /// outside the range still gets a correct answer (`None`), but is counted
-    /// as a filter check.
+    /// as a filter check. What the lookup cost is added to `cost` as well
+    /// as to the table's counters.
     pub(crate) fn get_in_range(
         &self,
         user_key: &[u8],
         key_hash: u64,
         snapshot: SequenceNumber,
+        cost: &mut ReadCost,
     ) -> Result<Option<Found>> {
         if self.meta.entries == 0 {
             return Ok(None);
         }
         let c = &*self.counters;
         ReadCounters::add(&c.filter_checks, 1);
+        cost.filter_checks += 1;
         if !self.filter.may_contain(key_hash) {
             ReadCounters::add(&c.filter_negatives, 1);
+            cost.filter_negatives += 1;
             return Ok(None);
         }
         let trailer = pack_trailer(snapshot.min(MAX_SEQUENCE), ValueKind::Put);
@@ -615,6 +641,7 @@ impl Table {
             // the table's last entries are versions of user_key newer than
             // the snapshot.
             ReadCounters::add(&c.filter_true_positives, 1);
+            cost.filter_true_positives += 1;
             return Ok(None);
         };
         let prev_block_same_user = i > 0
@@ -623,7 +650,14 @@ impl Table {
                 .get(i - 1)
                 .is_some_and(|p| user_part(&self.index_keys[p.key_start..p.key_end]) == user_key);
         ReadCounters::add(&c.get_data_block_reads, 1);
-        let bytes = self.read_data_block(entry.handle, true)?;
+        cost.data_block_reads += 1;
+        cost.bytes_read += entry.handle.len;
+        let (bytes, source) = self.read_data_block_from(entry.handle, true)?;
+        match source {
+            BlockSource::File => {}
+            BlockSource::Cache => cost.block_cache_hits += 1,
+            BlockSource::CacheMiss => cost.block_cache_misses += 1,
+        }
         let block = BlockView::parse(bytes.as_slice(), entry.handle.offset)
             .map_err(|c| self.block_error(c))?;
 
@@ -646,6 +680,7 @@ impl Table {
                     self.corrupt(entry.handle.offset, "entry value runs past the block")
                 })?;
                 ReadCounters::add(&c.filter_true_positives, 1);
+                cost.filter_true_positives += 1;
                 return Ok(Some(Found {
                     seq,
                     kind,
@@ -659,8 +694,10 @@ impl Table {
             };
             if newer_versions {
                 ReadCounters::add(&c.filter_true_positives, 1);
+                cost.filter_true_positives += 1;
             } else {
                 ReadCounters::add(&c.filter_false_positives, 1);
+                cost.filter_false_positives += 1;
             }
             Ok(None)
         })
