@@ -47,7 +47,8 @@
 //! * [`sstable`]: immutable sorted table files whose filter is asked before
 //!   any data block is read.
 //! * [`stats`]: read I/O counters (filter checks, negatives, false positives,
-//!   data blocks read) and the tree's shape.
+//!   data blocks read) and the tree's shape; [`ReadCost`], the same counts
+//!   for one read ([`Db::get_with_cost`]).
 //! * [`wal`]: the checksummed record log behind the write-ahead log and the
 //!   manifest.
 //! * [`manifest`]: version edits, the manifest log and the `CURRENT` pointer.
