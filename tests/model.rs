@@ -16,7 +16,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{model_range, Rng};
+use common::{consume, model_range, Rng};
 use sievedb::filter::{BloomPolicy, FilterPolicy, RibbonPolicy};
 use sievedb::{Compression, Db, FilterBudget, Options, WriteBatch};
 
@@ -26,39 +26,6 @@ type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// A scan opened earlier, what it should yield, and where it was opened.
 type Pending = (sievedb::DbIterator, Entries, String);
 /// Whether `k` lies between the bounds.
-/// Reads `it` to its end from the front, the back or both at random,
-/// checking every entry against `want`.
-fn consume(mut it: sievedb::DbIterator, want: &[(Vec<u8>, Vec<u8>)], rng: &mut Rng, ctx: &str) {
-    let mode = rng.below(3);
-    let (mut f, mut b) = (0usize, want.len());
-    loop {
-        let back = match mode {
-            0 => false,
-            1 => true,
-            _ => rng.below(2) == 0,
-        };
-        let got = if back { it.next_back() } else { it.next() };
-        match got {
-            Some(r) => {
-                let item = r.unwrap();
-                if back {
-                    assert!(b > f, "{ctx}: extra item from back {item:?}");
-                    b -= 1;
-                    assert_eq!(item, want[b], "{ctx} back mode {mode}");
-                } else {
-                    assert!(f < b, "{ctx}: extra item from front {item:?}");
-                    assert_eq!(item, want[f], "{ctx} front mode {mode}");
-                    f += 1;
-                }
-            }
-            None => {
-                assert_eq!(f, b, "{ctx}: ended early mode {mode}");
-                break;
-            }
-        }
-    }
-}
-
 /// Every read agrees with the model, whatever the options and the
 /// background work in between.
 #[test]

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{model_range, Rng};
+use common::{consume, model_range, show, Rng};
 use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
 use sievedb::{CompactionPick, Compression, Db, Error, FilterBudget, Options, WriteBatch};
 
@@ -300,63 +300,22 @@ fn prefix_entries(model: &Model, p: &[u8]) -> Entries {
         .collect()
 }
 
-fn show(k: &[u8]) -> String {
-    if k.len() > 24 {
-        format!("{:?}..(len {})", &k[..24], k.len())
-    } else {
-        format!("{k:?}")
-    }
+/// `got` is the model's value of `k`.
+fn assert_answer(k: &[u8], got: Option<&Vec<u8>>, model: &Model, what: &str) {
+    assert!(
+        got == model.get(k),
+        "{what} {} = {:?}, want {:?}",
+        show(k),
+        got.map(|v| show(v)),
+        model.get(k).map(|v| show(v))
+    );
 }
 
-fn short_entry(e: &(Vec<u8>, Vec<u8>)) -> String {
-    format!("({}, {})", show(&e.0), show(&e.1))
-}
-
-/// Reads `it` to its end from the front, the back or both, checking every
-/// entry against `want`.
-fn consume(mut it: sievedb::DbIterator, want: &[(Vec<u8>, Vec<u8>)], rng: &mut Rng, ctx: &str) {
-    let mode = rng.below(3);
-    let (mut f, mut b) = (0usize, want.len());
-    loop {
-        let back = match mode {
-            0 => false,
-            1 => true,
-            _ => rng.below(2) == 0,
-        };
-        let got = if back { it.next_back() } else { it.next() };
-        match got {
-            Some(r) => {
-                let item = r.unwrap_or_else(|e| panic!("{ctx}: scan error {e}"));
-                if back {
-                    assert!(b > f, "{ctx}: extra item from back {}", short_entry(&item));
-                    b -= 1;
-                    assert!(
-                        item == want[b],
-                        "{ctx} (mode {mode}): back item {} want {}",
-                        short_entry(&item),
-                        short_entry(&want[b])
-                    );
-                } else {
-                    assert!(f < b, "{ctx}: extra item from front {}", short_entry(&item));
-                    assert!(
-                        item == want[f],
-                        "{ctx} (mode {mode}): front item {} want {}",
-                        short_entry(&item),
-                        short_entry(&want[f])
-                    );
-                    f += 1;
-                }
-            }
-            None => {
-                assert!(
-                    f == b,
-                    "{ctx}: ended early (mode {mode}), {} entries missing, next wanted {}",
-                    b - f,
-                    short_entry(&want[f])
-                );
-                break;
-            }
-        }
+/// Answer `i` of `got` is the model's value of `ks[i]`.
+fn assert_answers(ks: &[Vec<u8>], got: &[Option<Vec<u8>>], model: &Model, what: &str) {
+    assert_eq!(got.len(), ks.len(), "{what}: answers");
+    for (k, g) in ks.iter().zip(got) {
+        assert_answer(k, g.as_ref(), model, what);
     }
 }
 
@@ -390,24 +349,10 @@ fn check_all(db: &Db, opts: &Options, model: &Model, keys: &mut Keys, rng: &mut 
         }
     }
     let got = db.multi_get(&ks).unwrap();
-    for (k, g) in ks.iter().zip(got) {
-        assert!(
-            g.as_ref() == model.get(k),
-            "{ctx}: multi_get {} = {:?}, want {:?}",
-            show(k),
-            g.as_ref().map(|v| show(v)),
-            model.get(k).map(|v| show(v))
-        );
-    }
+    assert_answers(&ks, &got, model, &format!("{ctx}: multi_get"));
     for k in ks.iter().take(60) {
         let g = db.get(k).unwrap();
-        assert!(
-            g.as_ref() == model.get(k),
-            "{ctx}: get {} = {:?}, want {:?}",
-            show(k),
-            g.as_ref().map(|v| show(v)),
-            model.get(k).map(|v| show(v))
-        );
+        assert_answer(k, g.as_ref(), model, &format!("{ctx}: get"));
     }
 }
 
@@ -583,13 +528,7 @@ fn epoch_ops(st: &mut State, db: &Db) -> bool {
             let res = db.get(&k);
             if k.len() <= opts.max_key_bytes {
                 let g = res.unwrap();
-                assert!(
-                    g.as_ref() == model.get(&k),
-                    "{ctx}: get {} = {:?}, want {:?}",
-                    show(&k),
-                    g.as_ref().map(|v| show(v)),
-                    model.get(&k).map(|v| show(v))
-                );
+                assert_answer(&k, g.as_ref(), model, &format!("{ctx}: get"));
             } else {
                 assert!(is_invalid(&res), "{ctx}: get over the limit: {res:?}");
             }
@@ -604,15 +543,7 @@ fn epoch_ops(st: &mut State, db: &Db) -> bool {
             if ks.iter().all(|k| k.len() <= opts.max_key_bytes) {
                 let got = res.unwrap();
                 assert_eq!(got.len(), ks.len());
-                for (k, g) in ks.iter().zip(got) {
-                    assert!(
-                        g.as_ref() == model.get(k),
-                        "{ctx}: multi_get {} = {:?}, want {:?}",
-                        show(k),
-                        g.as_ref().map(|v| show(v)),
-                        model.get(k).map(|v| show(v))
-                    );
-                }
+                assert_answers(&ks, &got, model, &format!("{ctx}: multi_get"));
             } else {
                 assert!(is_invalid(&res), "{ctx}: multi_get over the limit");
             }

@@ -242,3 +242,66 @@ pub fn batch_payload(first_seq: u64, puts: &[(&[u8], &[u8])]) -> Vec<u8> {
     }
     out
 }
+
+/// A key or value for a failure message: whole if short, else its first
+/// 24 bytes and its length.
+pub fn show(k: &[u8]) -> String {
+    if k.len() > 24 {
+        format!("{:?}..(len {})", &k[..24], k.len())
+    } else {
+        format!("{k:?}")
+    }
+}
+
+/// An entry for a failure message, as [`show`] gives its parts.
+pub fn short_entry(e: &(Vec<u8>, Vec<u8>)) -> String {
+    format!("({}, {})", show(&e.0), show(&e.1))
+}
+
+/// Reads `it` to its end from the front, the back or both at random
+/// (one mode per call), checking every entry against `want`.
+pub fn consume(mut it: sievedb::DbIterator, want: &[(Vec<u8>, Vec<u8>)], rng: &mut Rng, ctx: &str) {
+    let mode = rng.below(3);
+    let (mut f, mut b) = (0usize, want.len());
+    loop {
+        let back = match mode {
+            0 => false,
+            1 => true,
+            _ => rng.below(2) == 0,
+        };
+        let got = if back { it.next_back() } else { it.next() };
+        match got {
+            Some(r) => {
+                let item = r.unwrap_or_else(|e| panic!("{ctx}: scan error {e}"));
+                if back {
+                    assert!(b > f, "{ctx}: extra item from back {}", short_entry(&item));
+                    b -= 1;
+                    assert!(
+                        item == want[b],
+                        "{ctx} (mode {mode}): back item {} want {}",
+                        short_entry(&item),
+                        short_entry(&want[b])
+                    );
+                } else {
+                    assert!(f < b, "{ctx}: extra item from front {}", short_entry(&item));
+                    assert!(
+                        item == want[f],
+                        "{ctx} (mode {mode}): front item {} want {}",
+                        short_entry(&item),
+                        short_entry(&want[f])
+                    );
+                    f += 1;
+                }
+            }
+            None => {
+                assert!(
+                    f == b,
+                    "{ctx}: ended early (mode {mode}), {} entries missing, next wanted {}",
+                    b - f,
+                    short_entry(&want[f])
+                );
+                break;
+            }
+        }
+    }
+}
