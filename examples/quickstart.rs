@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use sievedb::filter::{BloomPolicy, RibbonPolicy};
-use sievedb::{Db, Options, Result, WriteBatch};
+use sievedb::{Db, Options, WriteBatch};
 
 /// Open a database, write, read, scan, read a snapshot, switch the filter
 /// policy, print the read statistics. Takes no arguments.
@@ -17,12 +17,9 @@ use sievedb::{Db, Options, Result, WriteBatch};
 #[command(name = "quickstart")]
 struct Args {}
 
-fn main() -> Result<()> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     Args::parse();
-    let dir = tempfile::tempdir().map_err(|e| sievedb::Error::Io {
-        path: std::env::temp_dir(),
-        source: e,
-    })?;
+    let dir = tempfile::tempdir()?;
 
     // 1. Open with the default blocked Bloom filter (10 bits/key).
     let mut opts = Options {
@@ -93,5 +90,6 @@ fn main() -> Result<()> {
             l.tables, l.bytes, l.filter_bytes, l.entries
         );
     }
-    db.close()
+    db.close()?;
+    Ok(())
 }

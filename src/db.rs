@@ -696,7 +696,12 @@ impl Db {
 
     /// A point-in-time scan of the keys in `range`, ascending (`.rev()`
     /// for descending). Any [`RangeBounds`] of byte strings: `a..b`,
-    /// `a..=b`, `a..`, `..b`, `..`, or a pair of [`Bound`]s.
+    /// `a..=b`, `a..`, `..b` over `&[u8]`, `&str`, `Vec<u8>` or `String`,
+    /// or a pair of [`Bound`]s. Byte-string literals are arrays of their
+    /// own lengths, so `b"a"..b"z"` does not infer a key type: write
+    /// `b"a".as_slice()..b"z".as_slice()` (or `"a".."z"`). For the whole
+    /// key space use [`iter`](Self::iter) (`scan(..)` needs the key type
+    /// named: `scan::<&[u8], _>(..)`).
     /// With borrowed slices in a pair of bounds, name the key type, since
     /// several types could borrow as `[u8]`:
     ///
@@ -867,6 +872,12 @@ impl Db {
     }
 
     /// A snapshot of the read I/O counters and the tree's shape.
+    ///
+    /// Not free: `distinct_keys` hashes every memtable key and merges the
+    /// tables' key sketches (about 0.6 ms with 60,000 keys in the memtable,
+    /// 1.5 ms with 2,000,000 keys in 10 tables, measured by review; a get
+    /// is under 1 µs). Poll it, do not call it per request; for what one
+    /// read cost use [`get_with_cost`](Self::get_with_cost).
     pub fn stats(&self) -> Stats {
         self.inner.stats()
     }
@@ -953,6 +964,12 @@ impl Db {
     /// the database is poisoned: the writes it acknowledged are in the log,
     /// unless the log itself failed, which `close` then reports). Dropping
     /// the handle does the same, ignoring errors; `close` reports them.
+    ///
+    /// `close` takes the handle by value. A database shared as `Arc<Db>`
+    /// closes with `Arc::try_unwrap(db).map(Db::close)` once the other
+    /// clones are gone (the last clone dropped closes it too, ignoring
+    /// errors). To make acknowledged writes durable without closing, use
+    /// [`Options::sync_writes`] or call [`flush`](Self::flush).
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }

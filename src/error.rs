@@ -4,6 +4,11 @@
 //! [`Error::InvalidArgument`], damaged bytes on disk are [`Error::Corruption`]
 //! (naming the file and, where known, the byte offset), and failures of the
 //! operating system are [`Error::Io`] (naming the path involved).
+//!
+//! `Error` has no `From<std::io::Error>`: every `Io` error names its path,
+//! which a bare `io::Error` does not carry. Application code that mixes
+//! sievedb calls with `std::io` returns `Box<dyn std::error::Error + Send +
+//! Sync>` (or an error type of its own), into which `?` converts both.
 
 use std::fmt;
 use std::path::PathBuf;

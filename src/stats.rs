@@ -160,6 +160,22 @@ pub struct ReadCost {
     pub source: ReadSource,
 }
 
+impl std::ops::AddAssign for ReadCost {
+    /// Adds `other`'s counts to these (the cost of a request made of several
+    /// reads); `source` becomes `other`'s, the last read's.
+    fn add_assign(&mut self, other: ReadCost) {
+        self.filter_checks += other.filter_checks;
+        self.filter_negatives += other.filter_negatives;
+        self.filter_false_positives += other.filter_false_positives;
+        self.filter_true_positives += other.filter_true_positives;
+        self.data_block_reads += other.data_block_reads;
+        self.block_cache_hits += other.block_cache_hits;
+        self.block_cache_misses += other.block_cache_misses;
+        self.bytes_read += other.bytes_read;
+        self.source = other.source;
+    }
+}
+
 /// Where a point read found its answer ([`ReadCost::source`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ReadSource {

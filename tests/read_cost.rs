@@ -227,7 +227,7 @@ fn costs_add_up_to_the_database_counters() {
                             value.is_some(),
                             matches!(cost.source, ReadSource::Table { .. })
                         );
-                        add(&mut sum, &cost);
+                        sum += cost;
                     }
                     sum
                 })
@@ -237,7 +237,7 @@ fn costs_add_up_to_the_database_counters() {
     });
     let mut sum = ReadCost::default();
     for t in &totals {
-        add(&mut sum, t);
+        sum += *t;
     }
     let after = db.stats();
     let delta = |f: fn(&Stats) -> u64| f(&after) - f(&before);
@@ -260,17 +260,6 @@ fn costs_add_up_to_the_database_counters() {
     // The workload exercised every kind of answer.
     assert!(sum.filter_negatives > 0 && sum.filter_false_positives > 0);
     assert!(sum.block_cache_hits > 0 && sum.block_cache_misses > 0);
-}
-
-fn add(sum: &mut ReadCost, cost: &ReadCost) {
-    sum.filter_checks += cost.filter_checks;
-    sum.filter_negatives += cost.filter_negatives;
-    sum.filter_false_positives += cost.filter_false_positives;
-    sum.filter_true_positives += cost.filter_true_positives;
-    sum.data_block_reads += cost.data_block_reads;
-    sum.block_cache_hits += cost.block_cache_hits;
-    sum.block_cache_misses += cost.block_cache_misses;
-    sum.bytes_read += cost.bytes_read;
 }
 
 #[test]
