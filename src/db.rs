@@ -34,7 +34,7 @@ use crate::batch::WriteBatch;
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
-use crate::filter::{key_hash, FilterPolicy, NoFilter};
+use crate::filter::{key_hash, FilterPolicy, NoFilter, Unfiltered};
 use crate::fs::FileSystem;
 use crate::iter::InternalIterator;
 use crate::key::{SequenceNumber, ValueKind, MAX_SEQUENCE};
@@ -2119,7 +2119,11 @@ impl DbInner {
                 level.bytes = level.bytes.saturating_add(t.record.file_size);
                 level.filter_bytes = level.filter_bytes.saturating_add(meta.filter_bytes);
                 level.entries = level.entries.saturating_add(meta.entries);
+                if t.table.filter().unfiltered() == Some(Unfiltered::Undecodable) {
+                    level.undecodable_filter_tables += 1;
+                }
             }
+            stats.undecodable_filter_tables += level.undecodable_filter_tables;
             stats.levels.push(level);
         }
         if let Some(cache) = &self.block_cache {

@@ -44,8 +44,16 @@ const MAX_BLOCK_CACHE_BYTES: u64 = 1 << 40;
 #[derive(Clone)]
 pub struct Options {
     /// The filter policy new tables (flushes and compaction outputs) are
-    /// built with. Tables built under another policy stay readable: their
-    /// filter bytes describe themselves. Default: blocked Bloom, 10 bits/key.
+    /// built with. Tables built under another *built-in* policy stay
+    /// readable and filtered: their filter bytes describe themselves. A
+    /// table built by a custom policy is filtered only while a policy of
+    /// the same [`name`](FilterPolicy::name) is configured; under any other
+    /// (a checkpoint opened with `Options::default()`, say) it reads
+    /// correctly but unfiltered, a data block per get that reaches it,
+    /// until compaction rewrites it ([`Stats::undecodable_filter_tables`]
+    /// counts such tables). Default: blocked Bloom, 10 bits/key.
+    ///
+    /// [`Stats::undecodable_filter_tables`]: crate::Stats::undecodable_filter_tables
     pub filter_policy: Arc<dyn FilterPolicy>,
     /// Memtable size, in bytes of keys, values and overhead, at which it is
     /// frozen and flushed to a level-0 table. Default 4 MiB.

@@ -204,6 +204,10 @@ pub struct LevelStats {
     pub bytes: u64,
     /// Bytes of the level's filters (what they cost in memory).
     pub filter_bytes: u64,
+    /// Of the level's tables, those whose filter bytes cannot be read
+    /// under the configured policy (see
+    /// [`Stats::undecodable_filter_tables`]).
+    pub undecodable_filter_tables: u64,
     /// Entries (versions and tombstones) in the level's tables.
     pub entries: u64,
     /// Estimated distinct user keys in the level (merged HyperLogLog of its
@@ -297,6 +301,18 @@ pub struct Stats {
     pub block_cache_blocks: u64,
     /// Per-level shape, level 0 first.
     pub levels: Vec<LevelStats>,
+    /// Live tables whose filter bytes cannot be read under the configured
+    /// policy, so every point read that reaches them reads a data block.
+    /// The usual cause: tables built by a custom
+    /// [`FilterPolicy`](crate::filter::FilterPolicy) (built-in filters
+    /// describe themselves and are read under any policy), opened with a
+    /// policy of another name, for instance a checkpoint opened with
+    /// `Options::default()`. Reads stay correct; compaction rewrites such
+    /// tables with the configured policy ([`Db::compact_all`] rewrites all
+    /// of them). Damaged filter bytes count here too.
+    ///
+    /// [`Db::compact_all`]: crate::Db::compact_all
+    pub undecodable_filter_tables: u64,
     /// Estimated distinct user keys in the whole database: the union of the
     /// tables' HyperLogLog sketches and the memtables' keys. Unlike a sum of
     /// table entry counts it does not grow with overwrites. Keys whose newest
