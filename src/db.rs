@@ -474,16 +474,30 @@ impl Db {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
             let written = filter_entries_of(&opts, &replay);
             let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
-            let (record, table) = write_level0_table(
-                &dir,
-                &opts,
-                policy,
-                &level_counters[0],
-                block_cache.as_ref(),
-                &replay,
-                number,
-            )?;
             let path = dir.join(table_file_name(number));
+            // A user's filter policy may panic in `build`: that is an
+            // error of this open, not a panic out of it (the table file is
+            // named by no manifest; it is removed here, or by the next open).
+            let (record, table) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_level0_table(
+                    &dir,
+                    &opts,
+                    policy,
+                    &level_counters[0],
+                    block_cache.as_ref(),
+                    &replay,
+                    number,
+                )
+            }))
+            .map_err(|payload| {
+                let _ = fs.remove_file(&path);
+                Error::invalid(format!(
+                    "the filter policy {:?} panicked building the table of the replayed \
+                     log ({}); open with a policy that works",
+                    opts.filter_policy.name(),
+                    panic_message(payload.as_ref())
+                ))
+            })??;
             mstate.levels[0].push(record.clone());
             version = version.apply(
                 &[],
@@ -1376,6 +1390,16 @@ pub(crate) fn check_manifest_levels(state: &ManifestState, manifest: &Path) -> R
 
 /// Writes the newest version of every key of `mem` to level-0 table
 /// `number` with filters built by `filter_policy`, synced, and opens it.
+/// The message a panic carried (`panic!` with a literal or a format), or
+/// "no message".
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string())
+}
+
 fn write_level0_table(
     dir: &Path,
     opts: &Options,
@@ -1464,12 +1488,8 @@ impl DbInner {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
             Ok(result) => Some(result),
             Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".to_string());
-                self.set_poison_reason(format!("the background {what} panicked: {message}"));
+                let message = panic_message(payload.as_ref());
+                self.set_poison_reason(format!("the {what} panicked: {message}"));
                 None
             }
         }

@@ -661,6 +661,48 @@ fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
     assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
 }
 
+/// Regression (found by a user's review, twenty-ninth session): a custom
+/// policy panicking in `build` while `Db::open` wrote the replayed log's
+/// table panicked out of `open`. It is now an `InvalidArgument` naming the
+/// policy, nothing of the log is lost, and an open with a working policy
+/// recovers every write.
+#[test]
+fn a_policy_panicking_while_open_replays_the_log_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let panic_now = Arc::new(AtomicBool::new(false));
+    let opts = Options {
+        background_compaction: false,
+        filter_policy: Arc::new(PanickyPolicy(Arc::clone(&panic_now))),
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..100u64 {
+        db.put(key(i), b"logged").unwrap();
+    }
+    drop(db); // the writes stay in the log, to be replayed by the next open
+    panic_now.store(true, Ordering::SeqCst);
+    let tables_before = common::table_files(dir.path());
+    match Db::open(dir.path(), opts.clone()) {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(
+                why.contains("test.Panicky") && why.contains("panicked"),
+                "{why}"
+            )
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(
+        common::table_files(dir.path()),
+        tables_before,
+        "a partial table was left"
+    );
+    panic_now.store(false, Ordering::SeqCst);
+    let db = Db::open(dir.path(), opts).unwrap();
+    for i in 0..100u64 {
+        assert_eq!(db.get(key(i)).unwrap().as_deref(), Some(&b"logged"[..]));
+    }
+}
+
 /// Regression (found by review, sixteenth session): the in-process table
 /// of open directories was keyed by path, and the POSIX record lock does
 /// not stop a second open in the same process, so a database directory
