@@ -203,7 +203,6 @@ pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) opts: Options,
     pub(crate) fs: Arc<dyn FileSystem>,
-    _lock: DirLock,
     /// The database's own read counters (`gets`).
     pub(crate) counters: Arc<ReadCounters>,
     /// One set per level, moved by that level's tables (a table is opened
@@ -249,6 +248,11 @@ pub struct Db {
     inner: Arc<DbInner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
+    /// The directory's `LOCK`, held by the handle rather than by the
+    /// engine's state: a [`Snapshot`] keeps that state alive (to read
+    /// through it) past `close`, and must not keep the directory locked.
+    /// Dropped after `Drop::drop` stopped the threads and sealed the log.
+    _lock: DirLock,
 }
 
 impl std::fmt::Debug for Db {
@@ -568,7 +572,6 @@ impl Db {
         let inner = Arc::new(DbInner {
             dir,
             fs,
-            _lock: lock,
             counters,
             level_counters,
             block_cache,
@@ -611,6 +614,7 @@ impl Db {
             inner,
             threads: Mutex::new(vec![flush_thread]),
             closed: AtomicBool::new(false),
+            _lock: lock,
         };
         if db.inner.opts.background_compaction {
             let compactor = Arc::clone(&db.inner);
@@ -771,12 +775,14 @@ impl Db {
     /// The snapshot pins what it reads: the memtables and table files of
     /// this moment stay in memory and on disk until it is dropped (as for
     /// an open [`scan`](Self::scan)), so drop long-lived snapshots when done.
-    /// Taking one costs a reference count; it borrows the `Db`, so the
-    /// database cannot be closed while it lives.
-    pub fn snapshot(&self) -> Result<Snapshot<'_>> {
+    /// Taking one costs a reference count. It does not borrow the `Db`: it
+    /// can move to another thread or into a struct beside an `Arc<Db>`,
+    /// and it keeps reading its moment after [`close`](Self::close) (as an
+    /// open scan does), while the directory is free to be opened again.
+    pub fn snapshot(&self) -> Result<Snapshot> {
         self.check_open()?;
         let (sv, sequence) = self.inner.read_view();
-        Ok(Snapshot::new(&self.inner, sv, sequence))
+        Ok(Snapshot::new(Arc::clone(&self.inner), sv, sequence))
     }
 
     /// A point-in-time scan of the whole key space, ascending.

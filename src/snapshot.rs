@@ -24,14 +24,17 @@ use crate::stats::ReadCost;
 ///
 /// Reads through it count in [`Db::stats`](crate::Db::stats) like any
 /// other read and feed [`Db::hot_keys`](crate::Db::hot_keys). It pins the
-/// memtables and table files of its moment until dropped.
-pub struct Snapshot<'db> {
-    inner: &'db DbInner,
+/// memtables and table files of its moment until dropped. It owns what it
+/// reads (no borrow of the `Db`): it may be sent to another thread, kept
+/// beside an `Arc<Db>`, and read after the database was closed (the
+/// directory's `LOCK` goes with the `Db` handle, not with snapshots).
+pub struct Snapshot {
+    inner: Arc<DbInner>,
     sv: Arc<SuperVersion>,
     sequence: SequenceNumber,
 }
 
-impl std::fmt::Debug for Snapshot<'_> {
+impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Snapshot")
             .field("sequence", &self.sequence)
@@ -39,12 +42,12 @@ impl std::fmt::Debug for Snapshot<'_> {
     }
 }
 
-impl<'db> Snapshot<'db> {
+impl Snapshot {
     pub(crate) fn new(
-        inner: &'db DbInner,
+        inner: Arc<DbInner>,
         sv: Arc<SuperVersion>,
         sequence: SequenceNumber,
-    ) -> Snapshot<'db> {
+    ) -> Snapshot {
         Snapshot {
             inner,
             sv,

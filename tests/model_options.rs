@@ -449,7 +449,7 @@ fn epoch(st: &mut State, db: &Db) -> bool {
 /// Snapshots live within it, as they borrow the database.
 fn epoch_ops(st: &mut State, db: &Db) -> bool {
     let seed = st.seed;
-    let mut snaps: Vec<(sievedb::Snapshot<'_>, Model, u64)> = Vec::new();
+    let mut snaps: Vec<(sievedb::Snapshot, Model, u64)> = Vec::new();
     let State {
         rng,
         keys,

@@ -411,8 +411,8 @@ fn expected(
     }
 }
 
-struct Snap<'db> {
-    snap: Snapshot<'db>,
+struct Snap {
+    snap: Snapshot,
     seq: u64,
     tables: Option<Vec<TableInfo>>, // None: the version is not known exactly
 }

@@ -12,7 +12,7 @@ use common::{key, policies, small_options, table_files, GroupWriter, Rng};
 use sievedb::{Db, Error};
 
 /// Checks every read of `snap` against `model` for keys `0..universe`.
-fn assert_matches(snap: &sievedb::Snapshot<'_>, model: &BTreeMap<Vec<u8>, Vec<u8>>, universe: u64) {
+fn assert_matches(snap: &sievedb::Snapshot, model: &BTreeMap<Vec<u8>, Vec<u8>>, universe: u64) {
     let keys: Vec<Vec<u8>> = (0..universe).map(key).collect();
     for k in keys.iter().step_by(7) {
         assert_eq!(snap.get(k).unwrap().as_ref(), model.get(k), "get {k:?}");
@@ -168,4 +168,56 @@ fn snapshot_reads_validate_keys_and_count_like_db_reads() {
     drop(snap);
     db.delete(key(1)).unwrap();
     assert_eq!(it.map(|r| r.unwrap().0).collect::<Vec<_>>(), vec![key(1)]);
+}
+
+/// A snapshot owns what it reads: it moves to another thread, lives beside
+/// an `Arc<Db>`, and reads its moment after the database was closed, while
+/// the directory opens again (the `LOCK` goes with the `Db` handle).
+#[test]
+fn a_snapshot_outlives_its_handle_and_moves_between_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || sievedb::Options {
+        memtable_bytes: 4 << 10,
+        ..sievedb::Options::default()
+    };
+    let db = std::sync::Arc::new(sievedb::Db::open(dir.path(), opts()).unwrap());
+    for i in 0..500u32 {
+        db.put(format!("k{i:04}"), b"old").unwrap();
+    }
+    let snap = db.snapshot().unwrap();
+    for i in 0..500u32 {
+        db.put(format!("k{i:04}"), b"new").unwrap();
+    }
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    // Into another thread, by value.
+    let snap = std::thread::spawn(move || {
+        assert_eq!(snap.get(b"k0007").unwrap().as_deref(), Some(&b"old"[..]));
+        snap
+    })
+    .join()
+    .unwrap();
+    // Past close, and past a reopen of the same directory.
+    std::sync::Arc::try_unwrap(db).unwrap().close().unwrap();
+    let reopened = sievedb::Db::open(dir.path(), opts()).unwrap();
+    reopened.put(b"k0001", b"newest").unwrap();
+    let all: Vec<_> = snap.iter().unwrap().map(|r| r.unwrap()).collect();
+    assert_eq!(all.len(), 500);
+    assert!(all.iter().all(|(_, v)| v == b"old"));
+    assert_eq!(snap.get(b"k0001").unwrap().as_deref(), Some(&b"old"[..]));
+    drop(snap);
+    assert_eq!(
+        reopened.get(b"k0001").unwrap().as_deref(),
+        Some(&b"newest"[..])
+    );
+    assert_eq!(
+        reopened.get(b"k0002").unwrap().as_deref(),
+        Some(&b"new"[..])
+    );
+    reopened.close().unwrap();
+    // Nothing the old snapshot pinned got in the way of the reopened
+    // database's files.
+    let db = sievedb::Db::open(dir.path(), opts()).unwrap();
+    assert!(db.verify().unwrap().problems.is_empty());
+    assert_eq!(db.iter().unwrap().count(), 500);
 }
