@@ -694,6 +694,7 @@ impl DbInner {
                 TableRecord::describing(level as u32, &meta),
                 Arc::new(table),
                 Arc::clone(&self.fs),
+                &self.owner,
                 path.clone(),
             )
         });

@@ -51,7 +51,7 @@ use crate::snapshot::Snapshot;
 use crate::sstable::{Table, TableBuilder, TableMeta, TableOptions};
 use crate::stats::{LevelStats, ReadCost, ReadCounters, ReadSource, Stats, TableInfo};
 use crate::version::{
-    table_file_name, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
+    table_file_name, DirOwner, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
 };
 use crate::wal::{LogWriter, MAX_RECORD_PAYLOAD};
 
@@ -203,6 +203,8 @@ pub(crate) struct DbInner {
     pub(crate) dir: PathBuf,
     pub(crate) opts: Options,
     pub(crate) fs: Arc<dyn FileSystem>,
+    /// Whether this engine still holds the directory (see [`DirOwner`]).
+    pub(crate) owner: Arc<DirOwner>,
     /// The database's own read counters (`gets`).
     pub(crate) counters: Arc<ReadCounters>,
     /// One set per level, moved by that level's tables (a table is opened
@@ -306,6 +308,7 @@ impl Db {
             fs.sync_dir(parent).map_err(io_err(parent))?;
         }
         let lock = acquire_lock(&dir)?;
+        let owner = Arc::new(DirOwner::new());
         let counters = Arc::new(ReadCounters::default());
         let level_counters: Vec<Arc<ReadCounters>> = (0..opts.num_levels)
             .map(|_| Arc::new(ReadCounters::default()))
@@ -448,6 +451,7 @@ impl Db {
                 record.clone(),
                 Arc::new(table),
                 Arc::clone(&fs),
+                &owner,
                 path,
             )?);
         }
@@ -509,6 +513,7 @@ impl Db {
                     record,
                     Arc::new(table),
                     Arc::clone(&fs),
+                    &owner,
                     path,
                 )?],
             );
@@ -572,6 +577,7 @@ impl Db {
         let inner = Arc::new(DbInner {
             dir,
             fs,
+            owner,
             counters,
             level_counters,
             block_cache,
@@ -779,6 +785,10 @@ impl Db {
     /// can move to another thread or into a struct beside an `Arc<Db>`,
     /// and it keeps reading its moment after [`close`](Self::close) (as an
     /// open scan does), while the directory is free to be opened again.
+    /// Once the `Db` is closed, table files a snapshot pins that
+    /// compaction made obsolete are no longer deleted when it drops (the
+    /// directory may belong to another instance by then): the next open of
+    /// the directory removes them.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.check_open()?;
         let (sv, sequence) = self.inner.read_view();
@@ -1021,13 +1031,24 @@ impl Db {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        // Before the `LOCK` goes (with the handle): tables a snapshot or
+        // scan still pins are left for the next open to remove.
+        self.inner.owner.release();
+        // A snapshot or scan may keep `inner` alive past close: it must pin
+        // only its own moment, not the final version's tables and memtables.
+        self.inner.update_sv(|_| SuperVersion {
+            mem: Arc::new(Memtable::new(0)),
+            imms: Vec::new(),
+            version: Arc::new(Version::new(self.inner.opts.num_levels)),
+        });
         // Even a poisoned database (a failed flush, say) seals and syncs
         // its log: the writes it acknowledged are in it, and with
         // `sync_writes = false` this sync is what makes them durable. A log
         // that itself failed refuses both, and that error is returned.
         let mut w = self.inner.writer.lock();
-        seal_log(&mut w)?;
-        w.wal.sync()
+        let sealed = seal_log(&mut w).and_then(|()| w.wal.sync());
+        w.mem = Arc::new(Memtable::new(0));
+        sealed
     }
 }
 
@@ -2051,7 +2072,13 @@ impl DbInner {
                 .flush_bytes_written
                 .fetch_add(record.file_size, Ordering::Relaxed);
             let path = self.dir.join(table_file_name(number));
-            match TableHandle::new(record, Arc::new(table), Arc::clone(&self.fs), path.clone()) {
+            match TableHandle::new(
+                record,
+                Arc::new(table),
+                Arc::clone(&self.fs),
+                &self.owner,
+                path.clone(),
+            ) {
                 Ok(handle) => added.push(handle),
                 Err(e) => {
                     let _ = self.fs.remove_file(&path); // named by no manifest

@@ -27,7 +27,10 @@ use crate::stats::ReadCost;
 /// memtables and table files of its moment until dropped. It owns what it
 /// reads (no borrow of the `Db`): it may be sent to another thread, kept
 /// beside an `Arc<Db>`, and read after the database was closed (the
-/// directory's `LOCK` goes with the `Db` handle, not with snapshots).
+/// directory's `LOCK` goes with the `Db` handle, not with snapshots). After
+/// close it holds only its own moment, its reads move the closed
+/// instance's counters (which no one reads any more), and the files it
+/// pinned are left for the next open to remove.
 pub struct Snapshot {
     inner: Arc<DbInner>,
     sv: Arc<SuperVersion>,

@@ -36,6 +36,30 @@ pub(crate) const KEY_SKETCH_PROPERTY: &str = "sievedb.hll";
 /// 12,301 bytes per table (much less for small tables, which stay sparse).
 pub(crate) const KEY_SKETCH_PRECISION: u8 = 14;
 
+/// Whether the engine that opened a table still holds the directory's
+/// `LOCK`. A [`Snapshot`](crate::Snapshot) or scan can keep table handles
+/// alive past [`Db::close`](crate::Db::close); once the lock is released the
+/// directory may belong to another instance (reopened, restored from a
+/// checkpoint, recreated), so an obsolete handle must no longer delete its
+/// file by name: the next open removes it as unreferenced.
+#[derive(Debug)]
+pub(crate) struct DirOwner {
+    open: parking_lot::RwLock<bool>,
+}
+
+impl DirOwner {
+    pub(crate) fn new() -> DirOwner {
+        DirOwner {
+            open: parking_lot::RwLock::new(true),
+        }
+    }
+
+    /// Called before the `LOCK` is released: no handle deletes a file after.
+    pub(crate) fn release(&self) {
+        *self.open.write() = false;
+    }
+}
+
 /// A live table: its manifest record and the open reader.
 pub(crate) struct TableHandle {
     pub(crate) record: TableRecord,
@@ -45,6 +69,7 @@ pub(crate) struct TableHandle {
     pub(crate) key_sketch: Option<HyperLogLog>,
     obsolete: AtomicBool,
     fs: Arc<dyn FileSystem>,
+    owner: Arc<DirOwner>,
     path: PathBuf,
 }
 
@@ -55,6 +80,7 @@ impl TableHandle {
         record: TableRecord,
         table: Arc<Table>,
         fs: Arc<dyn FileSystem>,
+        owner: &Arc<DirOwner>,
         path: PathBuf,
     ) -> Result<Arc<TableHandle>> {
         let key_sketch = match table.property(KEY_SKETCH_PROPERTY) {
@@ -73,6 +99,7 @@ impl TableHandle {
             key_sketch,
             obsolete: AtomicBool::new(false),
             fs,
+            owner: Arc::clone(owner),
             path,
         }))
     }
@@ -91,8 +118,12 @@ impl Drop for TableHandle {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             // The manifest no longer references this file; a failure here only
-            // leaves garbage that the next open removes.
-            let _ = self.fs.remove_file(&self.path);
+            // leaves garbage that the next open removes. Only while this
+            // engine holds the directory (read lock held across the removal).
+            let open = self.owner.open.read();
+            if *open {
+                let _ = self.fs.remove_file(&self.path);
+            }
         }
     }
 }

@@ -168,10 +168,13 @@ impl Table {
             ));
         }
         // SAFETY: table files are immutable once finished and never modified
-        // in place while open (the engine writes a new file and deletes old
-        // ones only after every reader has dropped them), so the mapped
-        // bytes cannot change under the `&[u8]` this hands out. Every read
-        // of them is bounds-checked and checksummed.
+        // in place (the engine writes a new file, never reopens a finished
+        // one for writing, and deletes old ones only after every reader of
+        // its own has dropped them; a later open of the directory may
+        // delete a file that a snapshot of a closed `Db` still maps, which
+        // unlinks the name and leaves the mapped pages as they were), so
+        // the mapped bytes cannot change under the `&[u8]` this hands out.
+        // Every read of them is bounds-checked and checksummed.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         // Point reads touch one 4 KiB block here and there: without this
         // hint a page fault on a cold table reads ahead up to the device's
