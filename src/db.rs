@@ -439,13 +439,26 @@ impl Db {
         let mut handles = Vec::new();
         for record in mstate.levels.iter().flatten() {
             let path = dir.join(table_file_name(record.file_number));
-            let table = Table::open_with_cache(
-                &path,
-                record.file_number,
-                &opts.filter_policy,
-                Arc::clone(counters_of(&level_counters, record.level as usize)),
-                block_cache.clone(),
-            )?;
+            // Opening a table may call into a custom policy (resized to the
+            // size the table recorded): its panic is an error of this open.
+            let table = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Table::open_with_cache(
+                    &path,
+                    record.file_number,
+                    &opts.filter_policy,
+                    Arc::clone(counters_of(&level_counters, record.level as usize)),
+                    block_cache.clone(),
+                )
+            }))
+            .map_err(|payload| {
+                Error::invalid(format!(
+                    "opening {}: the filter policy {:?} panicked ({}); open with a policy \
+                     that works",
+                    path.display(),
+                    opts.filter_policy.name(),
+                    panic_message(payload.as_ref())
+                ))
+            })??;
             check_record_describes_table(record, table.meta(), &path)?;
             handles.push(TableHandle::new(
                 record.clone(),
@@ -481,12 +494,15 @@ impl Db {
         if !replay.is_empty() {
             let number = next_file.fetch_add(1, Ordering::SeqCst);
             let written = filter_entries_of(&opts, &replay);
-            let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
             let path = dir.join(table_file_name(number));
-            // A user's filter policy may panic in `build`: that is an
-            // error of this open, not a panic out of it (the table file is
-            // named by no manifest; it is removed here, or by the next open).
+            let policy_name = opts.filter_policy.name().to_string();
+            // A user's filter policy may panic in `build` (or in
+            // `with_budget_bits_per_key`, when it is sized for the table):
+            // that is an error of this open, not a panic out of it (the
+            // table file is named by no manifest; it is removed here, or by
+            // the next open).
             let (record, table) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let policy = filter_policy_for_write(&opts, &version, &[], 0, written);
                 write_level0_table(
                     &dir,
                     &opts,
@@ -502,7 +518,7 @@ impl Db {
                 Error::invalid(format!(
                     "the filter policy {:?} panicked building the table of the replayed \
                      log ({}); open with a policy that works",
-                    opts.filter_policy.name(),
+                    policy_name,
                     panic_message(payload.as_ref())
                 ))
             })??;
@@ -1415,8 +1431,6 @@ pub(crate) fn check_manifest_levels(state: &ManifestState, manifest: &Path) -> R
     Ok(())
 }
 
-/// Writes the newest version of every key of `mem` to level-0 table
-/// `number` with filters built by `filter_policy`, synced, and opens it.
 /// The message a panic carried (`panic!` with a literal or a format), or
 /// "no message".
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
@@ -1427,6 +1441,8 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "no message".to_string())
 }
 
+/// Writes the newest version of every key of `mem` to level-0 table
+/// `number` with filters built by `filter_policy`, synced, and opens it.
 fn write_level0_table(
     dir: &Path,
     opts: &Options,

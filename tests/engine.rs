@@ -661,6 +661,81 @@ fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
     assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
 }
 
+/// A sized custom policy (it reports a size, so the engine resizes it per
+/// table under `FilterBudget::Monkey`) whose resize panics once told to.
+struct PanickyResize(Arc<AtomicBool>);
+
+impl sievedb::filter::FilterPolicy for PanickyResize {
+    fn name(&self) -> &str {
+        "test.PanickyResize"
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        BloomPolicy::new(10.0).build(key_hashes)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        BloomPolicy::new(10.0).may_contain(filter, key_hash)
+    }
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(10.0)
+    }
+    fn with_budget_bits_per_key(
+        &self,
+        _bits: f64,
+    ) -> Option<Arc<dyn sievedb::filter::FilterPolicy>> {
+        assert!(
+            !self.0.load(Ordering::SeqCst),
+            "the policy's resize panicked"
+        );
+        Some(Arc::new(PanickyResize(Arc::clone(&self.0))))
+    }
+}
+
+/// Regression (found by review, twenty-ninth session): the user's code
+/// `Db::open` calls, a sized custom policy's `with_budget_bits_per_key`,
+/// panicking while the replayed log's table is sized or while the tables
+/// on disk are opened, panicked out of `open`. Both are an
+/// `InvalidArgument` naming the policy now, and an open with a working
+/// policy recovers every write.
+#[test]
+fn a_sized_policy_panicking_at_open_is_an_error() {
+    for tables_on_disk in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let opts = Options {
+            background_compaction: false,
+            filter_budget: sievedb::FilterBudget::Monkey,
+            filter_policy: Arc::new(PanickyResize(Arc::clone(&armed))),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), opts.clone()).unwrap();
+        for i in 0..100u64 {
+            db.put(key(i), b"v").unwrap();
+        }
+        if tables_on_disk {
+            db.flush().unwrap();
+            db.close().unwrap();
+        } else {
+            drop(db); // the writes only in the log
+        }
+        armed.store(true, Ordering::SeqCst);
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Db::open(dir.path(), opts.clone())
+        }))
+        .unwrap_or_else(|_| panic!("Db::open panicked (tables on disk: {tables_on_disk})"));
+        match opened {
+            Err(Error::InvalidArgument(why)) => {
+                assert!(why.contains("test.PanickyResize"), "{why}")
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        armed.store(false, Ordering::SeqCst);
+        let db = Db::open(dir.path(), opts).unwrap();
+        for i in 0..100u64 {
+            assert_eq!(db.get(key(i)).unwrap().as_deref(), Some(&b"v"[..]));
+        }
+    }
+}
+
 /// Regression (found by a user's review, twenty-ninth session): a custom
 /// policy panicking in `build` while `Db::open` wrote the replayed log's
 /// table panicked out of `open`. It is now an `InvalidArgument` naming the
