@@ -309,7 +309,9 @@ pub struct Stats {
     /// policy of another name, for instance a checkpoint opened with
     /// `Options::default()`. Reads stay correct; compaction rewrites such
     /// tables with the configured policy ([`Db::compact_all`] rewrites all
-    /// of them). Damaged filter bytes count here too.
+    /// of them). Filter bytes of a built-in format that do not decode
+    /// count here too (bytes damaged on disk fail the table's checksum
+    /// first, and the table does not open).
     ///
     /// [`Db::compact_all`]: crate::Db::compact_all
     pub undecodable_filter_tables: u64,
