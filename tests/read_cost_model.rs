@@ -229,33 +229,30 @@ struct C {
     bytes: u64,
 }
 
+/// The read counters of a `Stats` or a `LevelStats` (same field names).
+macro_rules! counters_of {
+    ($s:expr) => {{
+        let s = $s;
+        C {
+            checks: s.filter_checks,
+            negatives: s.filter_negatives,
+            fps: s.filter_false_positives,
+            tps: s.filter_true_positives,
+            blocks: s.data_block_reads,
+            get_blocks: s.get_data_block_reads,
+            hits: s.block_cache_hits,
+            misses: s.block_cache_misses,
+            bytes: s.bytes_read,
+        }
+    }};
+}
+
 impl C {
     fn of_stats(s: &Stats) -> C {
-        C {
-            checks: s.filter_checks,
-            negatives: s.filter_negatives,
-            fps: s.filter_false_positives,
-            tps: s.filter_true_positives,
-            blocks: s.data_block_reads,
-            get_blocks: s.get_data_block_reads,
-            hits: s.block_cache_hits,
-            misses: s.block_cache_misses,
-            bytes: s.bytes_read,
-        }
+        counters_of!(s)
     }
     fn of_level(s: &Stats, l: usize) -> C {
-        let s = &s.levels[l];
-        C {
-            checks: s.filter_checks,
-            negatives: s.filter_negatives,
-            fps: s.filter_false_positives,
-            tps: s.filter_true_positives,
-            blocks: s.data_block_reads,
-            get_blocks: s.get_data_block_reads,
-            hits: s.block_cache_hits,
-            misses: s.block_cache_misses,
-            bytes: s.bytes_read,
-        }
+        counters_of!(&s.levels[l])
     }
     fn of_counters(r: &ReadCounters) -> C {
         use std::sync::atomic::Ordering::Relaxed;

@@ -64,6 +64,23 @@ fn check_snapshot(snap: &sievedb::Snapshot, val: &[u8]) {
     assert_eq!(snap.scan_prefix("k01").unwrap().count(), 100);
 }
 
+/// Puts `value` under all 300 keys.
+fn put_all(db: &Db, value: &[u8]) {
+    for i in 0..300 {
+        db.put(k(i), value).unwrap();
+    }
+}
+
+/// Writes "old" to every key, flushes, takes a snapshot, then overwrites
+/// every key with "mid" (not flushed): the snapshot's moment is "old".
+fn snapshot_of_old_then_mid(db: &Db) -> sievedb::Snapshot {
+    put_all(db, b"old");
+    db.flush().unwrap();
+    let snap = db.snapshot().unwrap();
+    put_all(db, b"mid");
+    snap
+}
+
 /// (a)/(b): reopen in the same process, write/flush/compact/checkpoint,
 /// old snapshot dropped at each of several moments.
 #[test]
@@ -73,14 +90,7 @@ fn old_snapshot_across_reopen_at_every_drop_moment() {
         let dir = tempfile::tempdir().unwrap();
         let cp = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), opts()).unwrap();
-        for i in 0..300 {
-            db.put(k(i), b"old").unwrap();
-        }
-        db.flush().unwrap();
-        let snap = db.snapshot().unwrap();
-        for i in 0..300 {
-            db.put(k(i), b"mid").unwrap();
-        }
+        let snap = snapshot_of_old_then_mid(&db);
         db.flush().unwrap();
         db.compact_all().unwrap(); // the snapshot's tables are now obsolete
         db.close().unwrap();
@@ -135,14 +145,7 @@ fn an_old_snapshot_dropped_after_a_restore_in_place_deletes_nothing() {
     let db = Db::open(&dir, opts()).unwrap();
     db.put("seed", "x").unwrap();
     db.checkpoint(&backup).unwrap(); // small next file number
-    for i in 0..300 {
-        db.put(k(i), b"old").unwrap();
-    }
-    db.flush().unwrap();
-    let snap = db.snapshot().unwrap();
-    for i in 0..300 {
-        db.put(k(i), b"mid").unwrap();
-    }
+    let snap = snapshot_of_old_then_mid(&db);
     db.flush().unwrap();
     db.compact_all().unwrap(); // snapshot now pins obsolete tables
     db.close().unwrap();
@@ -201,13 +204,9 @@ fn db_dropped_on_another_thread_while_snapshots_read() {
     for _ in 0..20 {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), opts()).unwrap();
-        for i in 0..300 {
-            db.put(k(i), b"old").unwrap();
-        }
+        put_all(&db, b"old");
         let snaps: Vec<_> = (0..3).map(|_| db.snapshot().unwrap()).collect();
-        for i in 0..300 {
-            db.put(k(i), b"new").unwrap();
-        }
+        put_all(&db, b"new");
         let readers: Vec<_> = snaps
             .into_iter()
             .map(|s| {
@@ -260,14 +259,7 @@ fn poisoned_database_with_a_live_snapshot() {
             ..opts()
         };
         let db = Db::open(dir.path(), o()).unwrap();
-        for i in 0..300 {
-            db.put(k(i), b"old").unwrap();
-        }
-        db.flush().unwrap();
-        let snap = db.snapshot().unwrap();
-        for i in 0..300 {
-            db.put(k(i), b"mid").unwrap();
-        }
+        let snap = snapshot_of_old_then_mid(&db);
         fs.fail_nth(Some(op), nth, FaultKind::Io).unwrap();
         let r = db.flush().and_then(|()| db.compact_all());
         let mid_ok = r.is_ok();
