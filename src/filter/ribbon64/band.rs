@@ -42,6 +42,21 @@ use super::{coeff_of, start_of, Row, MAX_SHARD_SLOTS, W};
 /// function for each count up to this).
 pub(crate) const MAX_LANES: usize = 4;
 
+/// The stride ([`Band`]) of every band of a build whose shards have at
+/// most `FIXED_STRIDE - 2` slots, which is every build with the default
+/// shard size (shards of at most about 1,800 slots).
+///
+/// Known when the lanes' loop is compiled, the stride becomes an
+/// instruction's displacement: a result cell is addressed from the slot's
+/// pointer alone, and the register that held the stride holds the sink
+/// instead, which is what lets [`LANES_64`](super::LANES_64) lanes keep
+/// most of their state in registers. Bands of larger shards run a copy of
+/// the loop with the stride in a register. `8 * FIXED_STRIDE` is not a
+/// multiple of 4,096, so a slot's two cells do not alias in the CPU's
+/// store-to-load check (which compares the low 12 bits of addresses).
+/// Measured in docs/filters.md, "Thirtieth session".
+pub(crate) const FIXED_STRIDE: usize = 2_056;
+
 /// Slots per bucket of the counting sort that orders rows by start.
 const SLOTS_PER_BUCKET: usize = 64;
 
@@ -88,6 +103,8 @@ pub(crate) struct Band {
     slots: usize,
     /// Distance from a slot's coefficients to its result bits, in cells:
     /// at least `slots + 2` (the slots, the sink and the zero cell).
+    /// Cells between `slots + 2` and `stride`, and after `stride + slots +
+    /// 2`, are never read.
     stride: usize,
     /// Prepared rows in (roughly) increasing start, then two sentinels
     /// (coefficients 0 at the zero cell): a lane takes up the first after
@@ -153,9 +170,16 @@ impl Band {
         self.slots = slots;
         self.stride = self.stride.max(slots + 2);
         // Coefficients and results of every slot, the sink and the zero
-        // cell: zero.
-        self.cells.clear();
-        self.cells.resize(2 * self.stride, 0);
+        // cell: zero. Only those: with the fixed stride most of the cells
+        // are never used.
+        let stride = self.stride;
+        if self.cells.len() == 2 * stride {
+            self.cells[..slots + 2].fill(0);
+            self.cells[stride..stride + slots + 2].fill(0);
+        } else {
+            self.cells.clear();
+            self.cells.resize(2 * stride, 0);
+        }
         // The lanes turn the rows' slot addresses back into pointers into
         // the cells (`Prepared`).
         let cells = self.cells.as_mut_ptr().expose_provenance();
@@ -321,7 +345,8 @@ impl RowCode {
 }
 
 /// Memory a thread keeps in its spare bands between builds ([`Bands`]),
-/// at most: the bands of default shards take about 130 KB.
+/// at most: the four bands of default shards take about 260 KB (cells of
+/// [`FIXED_STRIDE`] and prepared rows of up to about 1,800 keys each).
 const KEEP_BAND_BYTES: usize = 1 << 20;
 
 thread_local! {
@@ -340,11 +365,13 @@ thread_local! {
 pub(crate) struct Bands(Option<Box<[Band; MAX_LANES]>>);
 
 impl Bands {
-    /// The thread's spare bands (or new ones), each set to `stride`. New
+    /// The thread's spare bands (or new ones), each set to `stride`, or to
+    /// [`FIXED_STRIDE`] if that is larger. New
     /// ones too when the thread's locals are being destroyed (a build from
     /// another thread-local's destructor): `SPARE_BANDS.take()` would
     /// panic there, which aborts the process.
     pub(crate) fn take(stride: usize) -> Bands {
+        let stride = stride.max(FIXED_STRIDE);
         let mut bands = SPARE_BANDS
             .try_with(Cell::take)
             .ok()
@@ -439,7 +466,10 @@ impl LaneRow {
 /// sink (`band_lanes_*`). With a pointer to the rows' end and a sink of
 /// its own, a lane kept six, three lanes did not fit in the registers, and
 /// every step also compared its next-row pointer with the end (measured in
-/// docs/filters.md, "Twenty-second session").
+/// docs/filters.md, "Twenty-second session"). Four lanes of four do not
+/// fit either: the compiler keeps most next-row pointers on the stack,
+/// off the chain of dependent instructions, and four lanes still measured
+/// faster than three ([`LANES_64`](super::LANES_64)).
 struct Lane<'a> {
     coeff: u64,
     /// The slot of the row in progress: a pointer into the band's cells,
@@ -544,14 +574,19 @@ impl<'a> Lane<'a> {
         // the rows.
         let next = unsafe { *self.next };
         self.coeff = select_unpredictable(empty, next.coeff, coeff >> tz);
-        // In bounds either way: a prepared row's start slot or the zero
-        // cell; the new pivot is a set bit of the row, inside the band (the
-        // invariant above), or `slot` itself when `tz == 0`.
-        self.slot = select_unpredictable(
+        // The next slot is `base + tz`, with `tz` 0 when the slot was
+        // empty: the selection waits only for the load, so the chain from
+        // one step's load to the next is load, XOR, trailing-zero count and
+        // add (selecting after the add made it one instruction longer:
+        // docs/filters.md, "Thirtieth session"). In bounds either way: a
+        // prepared row's start slot or the zero cell, or the new pivot, a
+        // set bit of the row, inside the band (the invariant above).
+        let base = select_unpredictable(
             empty,
             std::ptr::with_exposed_provenance_mut(next.slot),
-            slot.wrapping_add(tz as usize),
+            slot,
         );
+        self.slot = base.wrapping_add(tz as usize);
         self.result = select_unpredictable(empty, next.result, result);
         self.next = select_unpredictable(empty, self.next.wrapping_add(1), self.next);
         false
@@ -616,7 +651,11 @@ macro_rules! band_lanes {
             bands: [&mut Band; $n],
             rows: &mut [LaneRow; $n],
         ) -> usize {
-            /// The loop, inlined into each copy.
+            /// The loop, inlined into each copy: once with the
+            /// [`FIXED_STRIDE`] as a constant, once for any other stride.
+            /// (Written out twice rather than as one function called
+            /// twice: the compiler then kept the sink in a register in
+            /// the fixed copy, and that copy measured faster.)
             #[inline(always)]
             #[allow(unused_assignments)]
             fn body(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> usize {
@@ -627,8 +666,31 @@ macro_rules! band_lanes {
                 // (`Vec::as_mut_ptr` does not invalidate earlier raw
                 // pointers, so the lanes' own calls leave `sink` valid.)
                 let sink = bands[0].cells.as_mut_ptr().wrapping_add(bands[0].slots);
-                let stride_bytes = stride * size_of::<u64>();
                 let [$($lane),+] = bands;
+                if stride == FIXED_STRIDE {
+                    const STRIDE_BYTES: usize = FIXED_STRIDE * size_of::<u64>();
+                    let mut i = 0;
+                    $(
+                        let mut $lane = Lane::new($lane, rows[i]);
+                        i += 1;
+                    )+
+                    let stopped = 'steps: loop {
+                        let mut i = 0;
+                        $(
+                            if $lane.step(STRIDE_BYTES, sink) {
+                                break 'steps i;
+                            }
+                            i += 1;
+                        )+
+                    };
+                    let mut i = 0;
+                    $(
+                        rows[i] = $lane.state();
+                        i += 1;
+                    )+
+                    return stopped;
+                }
+                let stride_bytes = stride * size_of::<u64>();
                 let mut i = 0;
                 $(
                     let mut $lane = Lane::new($lane, rows[i]);
@@ -971,16 +1033,28 @@ mod tests {
     /// A shard for the lane tests: keys, slots, seed.
     type Shard = (Vec<u64>, usize, u8);
 
+    /// The strides to band `shards` with: the smallest that holds them
+    /// (the loop with the stride in a register), and [`FIXED_STRIDE`] (the
+    /// loop with it as a constant) if that holds them.
+    fn strides(shards: &[Shard]) -> Vec<usize> {
+        let smallest = shards.iter().map(|s| s.1).max().unwrap() + 2;
+        let mut strides = vec![smallest];
+        if smallest < FIXED_STRIDE {
+            strides.push(FIXED_STRIDE);
+        }
+        strides
+    }
+
     /// Bands `shards` the way the build does, up to `lanes` at a time
-    /// through [`run_jobs`], a finished lane taking the next shard, and
-    /// checks each outcome and band against banding the shard alone, one
-    /// row at a time; returns the outcomes.
+    /// through [`run_jobs`], a finished lane taking the next shard, in
+    /// bands of `stride`, and checks each outcome and band against banding
+    /// the shard alone, one row at a time; returns the outcomes.
     fn check_lanes_match_one_at_a_time(
         shards: &[Shard],
         lanes: usize,
         code: BandCode,
+        stride: usize,
     ) -> Vec<bool> {
-        let stride = shards.iter().map(|s| s.1).max().unwrap() + 2;
         let mut bands: [Band; MAX_LANES] = std::array::from_fn(|_| Band::with_stride(stride));
         let mut jobs: Vec<Job> = Vec::new();
         let mut outcomes = vec![None; shards.len()];
@@ -1030,7 +1104,7 @@ mod tests {
 
     #[test]
     fn lanes_band_like_one_shard_at_a_time() {
-        let sizes = [1u64, 1_000, 2, 700, 2_000, 40, 1, 1_500, 0, 1_200, 64, 63];
+        let sizes = [1u64, 1_000, 2, 700, 1_950, 40, 1, 1_500, 0, 1_200, 64, 63];
         let shards: Vec<Shard> = sizes
             .iter()
             .enumerate()
@@ -1040,9 +1114,11 @@ mod tests {
             })
             .collect();
         for code in BandCode::available() {
-            for lanes in 1..=MAX_LANES {
-                let solved = check_lanes_match_one_at_a_time(&shards, lanes, code);
-                assert!(solved.iter().filter(|&&s| s).count() >= 9, "{solved:?}");
+            for stride in strides(&shards) {
+                for lanes in 1..=MAX_LANES {
+                    let solved = check_lanes_match_one_at_a_time(&shards, lanes, code, stride);
+                    assert!(solved.iter().filter(|&&s| s).count() >= 9, "{solved:?}");
+                }
             }
         }
     }
@@ -1066,13 +1142,15 @@ mod tests {
             shards.push((inconsistent_hashes.clone(), 400, seed));
         }
         for code in BandCode::available() {
-            for lanes in 1..=MAX_LANES {
-                let solved = check_lanes_match_one_at_a_time(&shards, lanes, code);
-                for (i, s) in solved.iter().enumerate() {
-                    match i % 4 {
-                        0 | 3 => assert!(s, "duplicates, shard {i}"),
-                        1 => assert!(!s, "too few slots, shard {i}"),
-                        _ => {}
+            for stride in strides(&shards) {
+                for lanes in 1..=MAX_LANES {
+                    let solved = check_lanes_match_one_at_a_time(&shards, lanes, code, stride);
+                    for (i, s) in solved.iter().enumerate() {
+                        match i % 4 {
+                            0 | 3 => assert!(s, "duplicates, shard {i}"),
+                            1 => assert!(!s, "too few slots, shard {i}"),
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -1094,10 +1172,12 @@ mod tests {
             shards.push((keys, slots, i as u8));
         }
         for code in BandCode::available() {
-            for lanes in 1..=MAX_LANES {
-                let solved = check_lanes_match_one_at_a_time(&shards, lanes, code);
-                assert!(solved[0] && solved[1], "{solved:?}");
-                assert!(!solved[5], "{solved:?}");
+            for stride in strides(&shards) {
+                for lanes in 1..=MAX_LANES {
+                    let solved = check_lanes_match_one_at_a_time(&shards, lanes, code, stride);
+                    assert!(solved[0] && solved[1], "{solved:?}");
+                    assert!(!solved[5], "{solved:?}");
+                }
             }
         }
     }

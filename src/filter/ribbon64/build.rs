@@ -25,13 +25,22 @@ use crate::filter::shards::ShardedKeys;
 /// half as often and keeps more room under 6.96 bits/key.
 pub const SHARD_KEYS_64: usize = 1024;
 
-/// Shards a format 0x06 build bands at once by default. With the
-/// branch-free step (`band.rs`), three lanes against two and four at
-/// 1,000,000 keys (`cargo run --release --example ribbon_build -- 1000000
-/// 9 1024 <lanes>`, three rounds of 2, 3, 4): 19.4-20.5 ns/key against
-/// 21.7-22.4 and 22.5-23.0. The step keeps four registers per lane; a
-/// fourth lane's state no longer fits in registers.
-pub const LANES_64: usize = 3;
+/// Shards a format 0x06 build bands at once by default.
+///
+/// Four since the thirtieth session, when the bands of default shards got
+/// a stride fixed at compile time (`band::FIXED_STRIDE`) and the step a
+/// shorter dependent chain: four lanes then built in 24.0-25.6 ns/key
+/// against 25.7-27.7 for three and 26.0-27.8 for the previous code's three
+/// (`cargo run --release --example ribbon_build -- 1000000 9 1024
+/// <lanes>`, five alternating rounds, Intel Xeon; docs/filters.md,
+/// "Thirtieth session"). The step keeps four registers per lane, so the
+/// fourth lane keeps its next-row pointer on the stack; the chain of
+/// dependent instructions, not the instruction count, bounds the loop, so
+/// a fourth chain in flight gains more than the spill costs. Before that
+/// change three lanes were the fastest: 19.4-20.5 ns/key against
+/// 21.7-22.4 for two and 22.5-23.0 for four (three rounds, another
+/// machine).
+pub const LANES_64: usize = 4;
 
 /// The most keys a shard is given whatever the shard size knob says, so
 /// that its slots fit the 16-bit size with room for overhead.
