@@ -637,6 +637,38 @@ impl BandCode {
     }
 }
 
+/// The lanes' loop over `$rows` with `$stride_bytes` (an expression: a
+/// constant or a local) and `$sink`: sets the lanes up, steps them until
+/// one stops, writes their states back and evaluates to the stopped one's
+/// position. A macro, expanded once per stride copy in `band_lanes!`: the
+/// same code as a shared `#[inline(always)]` function called twice made
+/// the compiler spill the sink in the fixed-stride copy, which measured
+/// slower.
+macro_rules! lanes_loop {
+    ($rows:ident, $stride_bytes:expr, $sink:ident, $($lane:ident),+) => {{
+        let mut i = 0;
+        $(
+            let mut $lane = Lane::new($lane, $rows[i]);
+            i += 1;
+        )+
+        let stopped = 'steps: loop {
+            let mut i = 0;
+            $(
+                if $lane.step($stride_bytes, $sink) {
+                    break 'steps i;
+                }
+                i += 1;
+            )+
+        };
+        let mut i = 0;
+        $(
+            $rows[i] = $lane.state();
+            i += 1;
+        )+
+        stopped
+    }};
+}
+
 /// Defines `$name`, which bands as many shards at once as it lists lanes,
 /// running the copy of the loop `code` names.
 /// A macro rather than a const-generic function over an array of lanes:
@@ -653,9 +685,6 @@ macro_rules! band_lanes {
         ) -> usize {
             /// The loop, inlined into each copy: once with the
             /// [`FIXED_STRIDE`] as a constant, once for any other stride.
-            /// (Written out twice rather than as one function called
-            /// twice: the compiler then kept the sink in a register in
-            /// the fixed copy, and that copy measured faster.)
             #[inline(always)]
             #[allow(unused_assignments)]
             fn body(bands: [&mut Band; $n], rows: &mut [LaneRow; $n]) -> usize {
@@ -669,48 +698,10 @@ macro_rules! band_lanes {
                 let [$($lane),+] = bands;
                 if stride == FIXED_STRIDE {
                     const STRIDE_BYTES: usize = FIXED_STRIDE * size_of::<u64>();
-                    let mut i = 0;
-                    $(
-                        let mut $lane = Lane::new($lane, rows[i]);
-                        i += 1;
-                    )+
-                    let stopped = 'steps: loop {
-                        let mut i = 0;
-                        $(
-                            if $lane.step(STRIDE_BYTES, sink) {
-                                break 'steps i;
-                            }
-                            i += 1;
-                        )+
-                    };
-                    let mut i = 0;
-                    $(
-                        rows[i] = $lane.state();
-                        i += 1;
-                    )+
-                    return stopped;
+                    return lanes_loop!(rows, STRIDE_BYTES, sink, $($lane),+);
                 }
                 let stride_bytes = stride * size_of::<u64>();
-                let mut i = 0;
-                $(
-                    let mut $lane = Lane::new($lane, rows[i]);
-                    i += 1;
-                )+
-                let stopped = 'steps: loop {
-                    let mut i = 0;
-                    $(
-                        if $lane.step(stride_bytes, sink) {
-                            break 'steps i;
-                        }
-                        i += 1;
-                    )+
-                };
-                let mut i = 0;
-                $(
-                    rows[i] = $lane.state();
-                    i += 1;
-                )+
-                stopped
+                lanes_loop!(rows, stride_bytes, sink, $($lane),+)
             }
             /// The loop compiled with BMI1 and BMI2.
             #[cfg(target_arch = "x86_64")]
