@@ -938,11 +938,15 @@ impl Db {
     /// sketch's count of the sampled reads times 8. It carries two errors:
     /// the sampling's binomial noise (about `1/sqrt(reads/8)` relative),
     /// and the count-min overcount, never negative and, with probability
-    /// 98%, at most 0.001 of all reads since the counts last halved (up to
-    /// about 16,800 reads). Keys of skewed traffic stand far above that;
-    /// on flat traffic it dominates: among 8,000 keys read about 1,000
-    /// times each (8,000,000 reads), keys were reported at 1,460 to 2,024
-    /// (found by review). Keys read only a handful of times are noise.
+    /// 98%, at most 0.001 of the sketch's aged total: the sampled reads
+    /// since the counts last halved, plus half of those before, a quarter
+    /// of those before that and so on (under 2^21 sampled reads), times 8
+    /// (up to about 16,800 reads). Keys of skewed traffic stand far above
+    /// that; on flat traffic it dominates: among 8,000 keys read about
+    /// 1,000 times each (8,000,000 reads), keys were reported at 1,460 to
+    /// 2,024 (found by review). Keys read only a handful of times are
+    /// noise. The counts live in memory only: every open starts them
+    /// empty.
     pub fn hot_keys(&self, k: usize) -> Vec<(Vec<u8>, u64)> {
         match &self.inner.hot_keys {
             Some(hot) => {
@@ -2161,6 +2165,15 @@ impl DbInner {
         };
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
+        // Tables without a sketch (only tables built outside the engine)
+        // add their exact distinct-key counts: an upper bound, never an
+        // undercount (`Stats::tables_without_key_sketch`).
+        let unsketched = |tables: &[Arc<TableHandle>]| -> u64 {
+            tables
+                .iter()
+                .filter(|t| t.key_sketch.is_none())
+                .fold(0u64, |sum, t| sum.saturating_add(t.table.meta().distinct_keys))
+        };
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             let mut sketch = HyperLogLog::new(KEY_SKETCH_PRECISION);
             let _ = mem.for_each(|key, _, _, _| {
@@ -2169,10 +2182,18 @@ impl DbInner {
             });
             let _ = all.merge(&sketch);
         }
-        stats.distinct_keys = all.estimate();
+        stats.distinct_keys = sv
+            .version
+            .levels
+            .iter()
+            .fold(all.estimate(), |sum, tables| {
+                sum.saturating_add(unsketched(tables))
+            });
         for (i, tables) in sv.version.levels.iter().enumerate() {
             let mut level = LevelStats {
-                distinct_keys: Version::union_sketch(tables).estimate(),
+                distinct_keys: Version::union_sketch(tables)
+                    .estimate()
+                    .saturating_add(unsketched(tables)),
                 ..LevelStats::default()
             };
             // Each level's counters are read once, and the totals are summed
@@ -2191,8 +2212,12 @@ impl DbInner {
                 if t.table.filter().unfiltered() == Some(Unfiltered::Undecodable) {
                     level.undecodable_filter_tables += 1;
                 }
+                if t.key_sketch.is_none() {
+                    level.tables_without_key_sketch += 1;
+                }
             }
             stats.undecodable_filter_tables += level.undecodable_filter_tables;
+            stats.tables_without_key_sketch += level.tables_without_key_sketch;
             stats.levels.push(level);
         }
         if let Some(cache) = &self.block_cache {

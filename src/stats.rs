@@ -211,8 +211,12 @@ pub struct LevelStats {
     /// Entries (versions and tombstones) in the level's tables.
     pub entries: u64,
     /// Estimated distinct user keys in the level (merged HyperLogLog of its
-    /// tables).
+    /// tables, plus the distinct-key counts of tables without a sketch:
+    /// see [`Stats::tables_without_key_sketch`]).
     pub distinct_keys: u64,
+    /// Of the level's tables, those without a key sketch (see
+    /// [`Stats::tables_without_key_sketch`]).
+    pub tables_without_key_sketch: u64,
     /// Filters of the level's tables asked by point reads (a table's reads
     /// count in the level it was written to; tables never change level).
     pub filter_checks: u64,
@@ -319,7 +323,21 @@ pub struct Stats {
     /// tables' HyperLogLog sketches and the memtables' keys. Unlike a sum of
     /// table entry counts it does not grow with overwrites. Keys whose newest
     /// version is a tombstone still count until compaction drops it.
+    ///
+    /// A table without a key sketch ([`tables_without_key_sketch`]) adds
+    /// its own exact count of distinct keys instead, so its keys that other
+    /// tables also hold count twice: the estimate is then high, never low.
+    ///
+    /// [`tables_without_key_sketch`]: Stats::tables_without_key_sketch
     pub distinct_keys: u64,
+    /// Live tables without a HyperLogLog key sketch. The engine writes one
+    /// into every table it builds (flush and compaction), so only tables
+    /// written with [`TableBuilder`](crate::sstable::TableBuilder) outside
+    /// the engine lack one. A compaction that rewrites such a table gives
+    /// it one ([`Db::compact_all`](crate::Db::compact_all) rewrites every
+    /// table). They make [`distinct_keys`](Stats::distinct_keys) an upper
+    /// bound.
+    pub tables_without_key_sketch: u64,
     /// Memtable flushes completed since open.
     pub flushes: u64,
     /// Compactions completed since open.
