@@ -2172,7 +2172,9 @@ impl DbInner {
             tables
                 .iter()
                 .filter(|t| t.key_sketch.is_none())
-                .fold(0u64, |sum, t| sum.saturating_add(t.table.meta().distinct_keys))
+                .fold(0u64, |sum, t| {
+                    sum.saturating_add(t.table.meta().distinct_keys)
+                })
         };
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             let mut sketch = HyperLogLog::new(KEY_SKETCH_PRECISION);

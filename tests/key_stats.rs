@@ -189,8 +189,10 @@ fn a_table_without_a_key_sketch_still_counts_its_keys() {
     };
     Manifest::create(opts.fs.as_ref(), dir, 2, &state).unwrap();
 
-    let mut opts = Options::default();
-    opts.background_compaction = false;
+    let opts = Options {
+        background_compaction: false,
+        ..Options::default()
+    };
     let db = Db::open(dir, opts).unwrap();
     assert_eq!(db.get(b"key00000999").unwrap(), Some(b"v".to_vec()));
     let s = db.stats();
