@@ -164,7 +164,9 @@ struct Args {
     #[arg(long)]
     cold: bool,
     /// Directory for the databases [default: a temporary directory, removed
-    /// at exit]. Each engine and policy gets a subdirectory, emptied first.
+    /// at exit, and on Ctrl-C or SIGTERM]. Each engine and policy gets a
+    /// subdirectory, emptied first (refused when a process holds the
+    /// database in it open).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Where to write the JSON results.
@@ -282,6 +284,18 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         return Err(BenchError::Invalid(
             "--engine needs at least one engine".into(),
         ));
+    }
+    // An engine listed twice would run twice into the same directory and
+    // report twice (found by review).
+    if let Some(twice) = args
+        .engine
+        .iter()
+        .enumerate()
+        .find_map(|(i, e)| args.engine[..i].contains(e).then_some(e))
+    {
+        return Err(BenchError::Invalid(format!(
+            "engine {twice} is listed twice in --engine"
+        )));
     }
     let policies = match args.filter {
         FilterArg::Bloom => vec![PolicyKind::Bloom],
@@ -462,6 +476,54 @@ fn run_dir_name(engine: &str, policy: PolicyKind) -> String {
     format!("{engine}-{}", policy.name())
 }
 
+/// Removes a run directory an earlier run left, unless a process holds
+/// the `LOCK` of the database in it (sievedb and RocksDB take a POSIX
+/// record lock on it): that database is open, and deleting it would
+/// break whoever has it open (found by review: a second run with the same
+/// `--dir` deleted the first one's database under it). The lock is held
+/// while the directory is removed.
+fn remove_run_dir(dir: &Path) -> BenchResult<()> {
+    let lock_path = dir.join("LOCK");
+    let _held = match std::fs::OpenOptions::new().write(true).open(&lock_path) {
+        Ok(file) => {
+            if !lock_exclusive(&file).map_err(io_err(&lock_path))? {
+                return Err(BenchError::Invalid(format!(
+                    "{} holds a database that is open in another process (its LOCK is \
+                     held): not deleting it; pass another --dir",
+                    dir.display()
+                )));
+            }
+            Some(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_err(&lock_path)(e)),
+    };
+    std::fs::remove_dir_all(dir).map_err(io_err(dir))
+}
+
+/// Takes a process-owned write lock on the whole of `file` without
+/// waiting, as the engine does (`fcntl(F_SETLK)`): `Ok(false)` when
+/// another process holds one.
+fn lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain data; all-zero is a valid value of it.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as _;
+    lock.l_whence = libc::SEEK_SET as _;
+    // SAFETY: `file` is open for the whole call, so its descriptor is
+    // valid; `F_SETLK` reads the `flock` passed by pointer and keeps no
+    // reference to it.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(err),
+    }
+}
+
 /// Runs every workload of the plan on one engine under one policy.
 fn run_one(
     args: &Args,
@@ -472,7 +534,7 @@ fn run_one(
 ) -> BenchResult<Option<Run>> {
     let dir = base.join(run_dir_name(engine_name, policy));
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+        remove_run_dir(&dir)?;
     }
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let settings = sieve_settings(args)?;
@@ -622,6 +684,30 @@ fn run_one(
     }))
 }
 
+/// On Ctrl-C (SIGINT, and SIGTERM), removes `dir`, the run's temporary
+/// directory, and exits with status 130: the temporary databases of a
+/// default run take a few hundred MB, and an interrupted run used to leave
+/// them behind (found by review). A `--dir` the user chose is left as it
+/// is. The handler runs on a thread of its own (the `ctrlc` crate), while
+/// the run's threads may still be writing files: the removal is retried.
+fn remove_on_interrupt(dir: PathBuf) {
+    let installed = ctrlc::set_handler(move || {
+        for _ in 0..20 {
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                _ => break,
+            }
+        }
+        eprintln!("sieve-bench: interrupted; removed {}", dir.display());
+        std::process::exit(130);
+    });
+    if let Err(e) = installed {
+        eprintln!("sieve-bench: cannot catch Ctrl-C ({e}); an interrupted run leaves its temporary directory");
+    }
+}
+
 fn run(args: &Args) -> BenchResult<Report> {
     let plan = plan(args)?;
     report::check_writable(&args.json)?;
@@ -638,6 +724,7 @@ fn run(args: &Args) -> BenchResult<Report> {
                 .prefix("sieve-bench-")
                 .tempdir_in(std::env::temp_dir())
                 .map_err(io_err(std::env::temp_dir()))?;
+            remove_on_interrupt(tmp.path().to_path_buf());
             tmp.path().to_path_buf()
         }
     };
@@ -671,7 +758,44 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    println!(
+    // The files first: a run's results survive a standard output that
+    // cannot be written (found by review: a closed pipe or a full disk
+    // panicked in `println!` before they were written).
+    let mut status = std::process::ExitCode::SUCCESS;
+    let mut written = Vec::new();
+    for (what, path, res) in [
+        ("json", &args.json, report::write_json(&report, &args.json)),
+        (
+            "chart",
+            &args.chart,
+            report::write_chart(&report, &args.chart),
+        ),
+    ] {
+        match res {
+            Ok(()) => written.push((what, path)),
+            Err(e) => {
+                eprintln!("sieve-bench: {e}");
+                status = std::process::ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = print_report(&mut out, &args, &report, &written) {
+        eprintln!("sieve-bench: cannot write the report to standard output: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    status
+}
+
+/// Prints the tables, the per-run notes and where the files went.
+fn print_report(
+    out: &mut impl std::io::Write,
+    args: &Args,
+    report: &Report,
+    written: &[(&str, &PathBuf)],
+) -> std::io::Result<()> {
+    writeln!(
+        out,
         "sieve-bench: {} keys ({} B keys, {} B values), {} reads/phase, {}{}; \
          {} CPUs, {}, kernel {}",
         args.num,
@@ -687,24 +811,26 @@ fn main() -> std::process::ExitCode {
         report.machine.cpus,
         report.machine.cpu_model,
         report.machine.kernel
-    );
-    println!();
-    print!("{}", report::main_table(&report));
-    println!();
-    print!("{}", report::phase_table(&report));
-    if let Some(t) = report::peer_table(&report) {
-        println!();
-        print!("{t}");
+    )?;
+    writeln!(out)?;
+    write!(out, "{}", report::main_table(report))?;
+    writeln!(out)?;
+    write!(out, "{}", report::phase_table(report))?;
+    if let Some(t) = report::peer_table(report) {
+        writeln!(out)?;
+        write!(out, "{t}")?;
     }
     for r in &report.runs {
         if let Some(s) = r.shape.as_ref().filter(|_| r.engine == "sievedb") {
-            println!(
+            writeln!(
+                out,
                 "{} {}: {} bytes of tables under the last read phase",
                 r.engine, r.policy, s.table_bytes
-            );
+            )?;
         }
         if let Some(m) = &r.missing {
-            println!(
+            writeln!(
+                out,
                 "{} {}: {:.3} covering tables per missing get, {:.3} filter checks per get; \
                  per level, checks / false positives per missing get: {}",
                 r.engine,
@@ -716,30 +842,12 @@ fn main() -> std::process::ExitCode {
                     .map(|(l, c, fp)| format!("L{l} {c:.3} / {fp:.4}"))
                     .collect::<Vec<_>>()
                     .join(", ")
-            );
+            )?;
         }
     }
-    let mut status = std::process::ExitCode::SUCCESS;
-    for (what, res) in [
-        ("json", report::write_json(&report, &args.json)),
-        ("chart", report::write_chart(&report, &args.chart)),
-    ] {
-        match res {
-            Ok(()) => println!(
-                "wrote {what}: {}",
-                if what == "json" {
-                    &args.json
-                } else {
-                    &args.chart
-                }
-                .display()
-            ),
-            Err(e) => {
-                eprintln!("sieve-bench: {e}");
-                status = std::process::ExitCode::FAILURE;
-            }
-        }
+    for (what, path) in written {
+        writeln!(out, "wrote {what}: {}", path.display())?;
     }
-    println!("total {:.1} s", report.total_seconds);
-    status
+    writeln!(out, "total {:.1} s", report.total_seconds)?;
+    out.flush()
 }

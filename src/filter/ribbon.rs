@@ -515,6 +515,11 @@ impl RibbonPolicy {
     /// 7 bits/key). Out-of-range values are clamped like
     /// [`BloomPolicy::new`]: below 1 becomes 1, above 100 becomes 100, NaN
     /// becomes 10. Use [`try_new`](Self::try_new) to reject them.
+    ///
+    /// Below about 1.45 bits per key the Bloom filter's rate is above 1/2,
+    /// and a Ribbon filter stores at least one result bit per key: it is
+    /// then built at 1/2 ([`MAX_FP_RATE`](Self::MAX_FP_RATE)), fewer false
+    /// positives than the Bloom filter's, in about 1.02 bits per key.
     pub fn new(bloom_equivalent_bits_per_key: f64) -> RibbonPolicy {
         let bpk = BloomPolicy::new(bloom_equivalent_bits_per_key).bits_per_key();
         Self::from_bloom_bits(bpk)
@@ -535,14 +540,41 @@ impl RibbonPolicy {
     }
 
     fn from_bloom_bits(bpk: f64) -> RibbonPolicy {
+        Self::capped(
+            blocked_bloom_fp_rate(bpk, probes_for_bits_per_key(bpk)),
+            bpk,
+        )
+    }
+
+    /// The most false positives a Ribbon filter has: one result bit per
+    /// key. A policy asked for more is built at this rate
+    /// ([`fp_rate`](Self::fp_rate) says so).
+    pub const MAX_FP_RATE: f64 = 0.5;
+
+    /// The policy for rate `p` with a Bloom fallback of `bloom_bits_per_key`,
+    /// the rate capped at [`MAX_FP_RATE`](Self::MAX_FP_RATE) (found by
+    /// review: the policy reported the Bloom rate, 0.632 at 1 bit per key,
+    /// while its filters answered at 1/2). A capped policy's fallback gets
+    /// the Bloom bits for 1/2 too, so that no table of it is worse.
+    fn capped(p: f64, bloom_bits_per_key: f64) -> RibbonPolicy {
+        if p <= Self::MAX_FP_RATE {
+            return RibbonPolicy {
+                fp_rate: p,
+                bloom_bits_per_key,
+            };
+        }
+        let half = BloomPolicy::with_fp_rate(Self::MAX_FP_RATE)
+            .map(|b| b.bits_per_key())
+            .unwrap_or(bloom::MAX_BITS_PER_KEY);
         RibbonPolicy {
-            fp_rate: blocked_bloom_fp_rate(bpk, probes_for_bits_per_key(bpk)),
-            bloom_bits_per_key: bpk,
+            fp_rate: Self::MAX_FP_RATE,
+            bloom_bits_per_key: bloom_bits_per_key.max(half),
         }
     }
 
     /// A Ribbon filter with false-positive rate `p`, which must lie in
-    /// (0, 1). Rates below `2^-32` are built with 32 result bits. The Bloom
+    /// (0, 1). Rates below `2^-32` are built with 32 result bits, rates
+    /// above 1/2 at 1/2 ([`MAX_FP_RATE`](Self::MAX_FP_RATE)). The Bloom
     /// fallback uses the bits per key [`BloomPolicy::with_fp_rate`] picks
     /// (100 where that is not enough).
     pub fn with_fp_rate(p: f64) -> Result<RibbonPolicy> {
@@ -554,13 +586,12 @@ impl RibbonPolicy {
         let bloom_bits_per_key = BloomPolicy::with_fp_rate(p)
             .map(|b| b.bits_per_key())
             .unwrap_or(bloom::MAX_BITS_PER_KEY);
-        Ok(RibbonPolicy {
-            fp_rate: p,
-            bloom_bits_per_key,
-        })
+        Ok(Self::capped(p, bloom_bits_per_key))
     }
 
-    /// The false-positive rate this policy aims at.
+    /// The false-positive rate this policy's filters are built for: the
+    /// rate asked for, or [`MAX_FP_RATE`](Self::MAX_FP_RATE) if that was
+    /// higher.
     pub fn fp_rate(&self) -> f64 {
         self.fp_rate
     }

@@ -40,9 +40,13 @@ pub struct PhaseResult {
     /// `ops / seconds`.
     pub ops_per_sec: f64,
     /// Mean latency of one operation, microseconds. With one thread, the
-    /// gap between it and `seconds / ops` is time spent outside operations
-    /// (e.g. descheduled); with `T` threads `seconds / ops` is about
-    /// `mean / T`.
+    /// gap between it and `seconds / ops` is time spent outside operations:
+    /// mostly the benchmark's own work per operation (making the key, two
+    /// clock reads, checking the value: a review measured 19-28% of the
+    /// wall time of filtered missing-key reads and 5-11% of present-key
+    /// reads), and time descheduled. So `ops_per_sec` understates the
+    /// fastest engine's speed more than a slower one's. With `T` threads
+    /// `seconds / ops` is about `mean / T`.
     pub mean_us: f64,
     /// Threads that ran the phase's operations: the setting, or fewer when
     /// the phase has fewer operations than threads.
