@@ -662,7 +662,8 @@ fn run_one(
         policy: match engine_name {
             "sievedb" => {
                 let mut label = policy.name().to_string();
-                if budget == FilterBudget::Monkey {
+                // No filters, nothing to budget or leave off.
+                if budget == FilterBudget::Monkey && policy != PolicyKind::None {
                     label.push_str("+monkey");
                 }
                 if !last_level_filters && policy != PolicyKind::None {
