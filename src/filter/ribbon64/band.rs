@@ -43,15 +43,16 @@ use super::{coeff_of, start_of, Row, MAX_SHARD_SLOTS, W};
 pub(crate) const MAX_LANES: usize = 4;
 
 /// The stride ([`Band`]) of every band of a build whose shards have at
-/// most `FIXED_STRIDE - 2` slots, which is every build with the default
-/// shard size (shards of at most about 1,800 slots).
+/// most `FIXED_STRIDE - 2` slots: every build of random hashes with the
+/// default shard size (shards of at most about 1,800 slots).
 ///
 /// Known when the lanes' loop is compiled, the stride becomes an
 /// instruction's displacement: a result cell is addressed from the slot's
 /// pointer alone, and the register that held the stride holds the sink
 /// instead, which is what lets [`LANES_64`](super::LANES_64) lanes keep
-/// most of their state in registers. Bands of larger shards run a copy of
-/// the loop with the stride in a register. `8 * FIXED_STRIDE` is not a
+/// most of their state in registers. Bands of larger shards (other shard
+/// sizes, or skewed hashes such as many copies of one) run a copy of the
+/// loop with the stride in a register. `8 * FIXED_STRIDE` is not a
 /// multiple of 4,096, so a slot's two cells do not alias in the CPU's
 /// store-to-load check (which compares the low 12 bits of addresses).
 /// Measured in docs/filters.md, "Thirtieth session".
@@ -345,8 +346,9 @@ impl RowCode {
 }
 
 /// Memory a thread keeps in its spare bands between builds ([`Bands`]),
-/// at most: the four bands of default shards take about 260 KB (cells of
-/// [`FIXED_STRIDE`] and prepared rows of up to about 1,800 keys each).
+/// at most: the four bands of default builds kept 278-339 KB (measured by
+/// review at 20,000 to 1,000,000 keys: cells of [`FIXED_STRIDE`] and the
+/// prepared rows' vectors, grown by doubling).
 const KEEP_BAND_BYTES: usize = 1 << 20;
 
 thread_local! {
@@ -1047,6 +1049,18 @@ mod tests {
         stride: usize,
     ) -> Vec<bool> {
         let mut bands: [Band; MAX_LANES] = std::array::from_fn(|_| Band::with_stride(stride));
+        check_lanes_in(&mut bands, shards, lanes, code)
+    }
+
+    /// [`check_lanes_match_one_at_a_time`] in the bands given, with
+    /// whatever earlier calls left in their cells; also checks that the
+    /// zero cell of each solved band is still 0.
+    fn check_lanes_in(
+        bands: &mut [Band; MAX_LANES],
+        shards: &[Shard],
+        lanes: usize,
+        code: BandCode,
+    ) -> Vec<bool> {
         let mut jobs: Vec<Job> = Vec::new();
         let mut outcomes = vec![None; shards.len()];
         let mut next = 0;
@@ -1061,6 +1075,7 @@ mod tests {
                     "shard {shard}: coefficients"
                 );
                 assert!(alone.results() == band.results(), "shard {shard}: results");
+                assert_eq!(band.cells[band.slots + 1], 0, "shard {shard}: zero cell");
             }
             outcomes[shard] = Some(solved);
         };
@@ -1086,11 +1101,70 @@ mod tests {
             if jobs.is_empty() {
                 break;
             }
-            let (stopped, solved) = run_jobs(code, &mut bands, &mut jobs);
+            let (stopped, solved) = run_jobs(code, bands, &mut jobs);
             let job = jobs.swap_remove(stopped);
             check(&bands[job.band], job.shard, solved);
         }
         outcomes.into_iter().map(Option::unwrap).collect()
+    }
+
+    /// Bands reused through [`Bands::take`] by builds of different
+    /// strides on one thread (fixed, larger, fixed again after dense
+    /// shards left nonzero cells everywhere), with shards at the edges of
+    /// the fixed stride: 64, 65, `FIXED_STRIDE - 2` (the largest the fixed
+    /// copy of the loop takes) and `FIXED_STRIDE - 1` (the smallest the
+    /// register copy takes). Written by review (thirtieth session); it also
+    /// ran under Miri with a smaller round count.
+    #[test]
+    fn bands_reused_across_strides_band_like_one_shard_at_a_time() {
+        let dense = |slots: usize, tag: u64| -> Shard {
+            (hashes((slots as u64 * 97) / 100, tag), slots, tag as u8)
+        };
+        let sparse =
+            |keys: u64, slots: usize, tag: u64| -> Shard { (hashes(keys, tag), slots, tag as u8) };
+        let fixed: Vec<Shard> = vec![
+            sparse(60, FIXED_STRIDE - 2, 1),
+            sparse(63, 64, 2),
+            sparse(64, 64, 3),
+            sparse(30, 65, 4),
+            sparse(50, 1_000, 5),
+            sparse(120, FIXED_STRIDE - 2, 6),
+            sparse(2, 64, 7),
+        ];
+        let large: Vec<Shard> = vec![
+            sparse(80, 5_000, 11),
+            sparse(40, 64, 12),
+            sparse(70, FIXED_STRIDE - 1, 13),
+            sparse(90, FIXED_STRIDE - 2, 14),
+            sparse(30, 2_100, 15),
+            sparse(60, 64, 16),
+        ];
+        let dense_small = vec![
+            dense(300, 21),
+            dense(64, 22),
+            dense(500, 23),
+            dense(FIXED_STRIDE - 2, 24),
+            dense(1_500, 25),
+        ];
+        for lanes in 1..=MAX_LANES {
+            for code in BandCode::available() {
+                for (stride, shards) in [
+                    (100, &fixed),
+                    (5_002, &large),
+                    (FIXED_STRIDE, &fixed),
+                    (0, &dense_small),
+                    (FIXED_STRIDE + 1, &fixed),
+                    (50, &fixed),
+                ] {
+                    let mut bands = Bands::take(stride);
+                    let solved = check_lanes_in(&mut bands, shards, lanes, code);
+                    assert!(
+                        solved.iter().filter(|&&s| s).count() >= 3,
+                        "stride {stride}, {lanes} lanes: {solved:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub const SHARD_KEYS_64: usize = 1024;
 /// (`cargo run --release --example ribbon_build -- 1000000 9 1024
 /// <lanes>`, five alternating rounds, Intel Xeon; docs/filters.md,
 /// "Thirtieth session"). The step keeps four registers per lane, so the
-/// fourth lane keeps its next-row pointer on the stack; the chain of
+/// compiler keeps three of the four next-row pointers and one lane's
+/// result on the stack (`objdump -d`); the chain of
 /// dependent instructions, not the instruction count, bounds the loop, so
 /// a fourth chain in flight gains more than the spill costs. Before that
 /// change three lanes were the fastest: 19.4-20.5 ns/key against
