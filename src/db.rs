@@ -2165,9 +2165,9 @@ impl DbInner {
         };
         let sv = self.current();
         let mut all = Version::union_sketch(sv.version.levels.iter().flatten());
-        // Tables without a sketch (only tables built outside the engine)
-        // add their exact distinct-key counts: an upper bound, never an
-        // undercount (`Stats::tables_without_key_sketch`).
+        // Tables without a sketch (built outside the engine, or by an
+        // engine older than the sketches) add their exact distinct-key
+        // counts: shared keys count twice (`Stats::tables_without_key_sketch`).
         let unsketched = |tables: &[Arc<TableHandle>]| -> u64 {
             tables
                 .iter()

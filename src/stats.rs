@@ -326,14 +326,17 @@ pub struct Stats {
     ///
     /// A table without a key sketch ([`tables_without_key_sketch`]) adds
     /// its own exact count of distinct keys instead, so its keys that other
-    /// tables also hold count twice: the estimate is then high, never low.
+    /// tables also hold count twice: the estimate is then too high by up to
+    /// that table's count (the sketches' part keeps its own error of about
+    /// 1% either way).
     ///
     /// [`tables_without_key_sketch`]: Stats::tables_without_key_sketch
     pub distinct_keys: u64,
     /// Live tables without a HyperLogLog key sketch. The engine writes one
-    /// into every table it builds (flush and compaction), so only tables
-    /// written with [`TableBuilder`](crate::sstable::TableBuilder) outside
-    /// the engine lack one. A compaction that rewrites such a table gives
+    /// into every table it builds (flush and compaction) since the key
+    /// statistics came in (2026-11-29), so only tables written with
+    /// [`TableBuilder`](crate::sstable::TableBuilder) outside the engine,
+    /// or by an engine older than that, lack one. A compaction that rewrites such a table gives
     /// it one ([`Db::compact_all`](crate::Db::compact_all) rewrites every
     /// table). They make [`distinct_keys`](Stats::distinct_keys) an upper
     /// bound.

@@ -387,3 +387,48 @@ impl FilterPolicy for NanSized {
         Some(f64::NAN)
     }
 }
+
+/// Found by review of the `RibbonPolicy` cap (419d469): below about 1.45
+/// Bloom-equivalent bits per key the policy raises its Bloom fallback's
+/// bits to those of rate 1/2, and `budget_bits_per_key` returns those
+/// raised bits, not the size asked for. Monkey then allocates around an
+/// average of about 1.45 instead of 1: at 1 bit per key, where every run
+/// is at the floor and Monkey must equal Uniform, it spends more filter
+/// memory than the budget, and every table records a size it was not
+/// asked for (`TableInfo::filter_bits_per_key`, sieve-bench's `expected`).
+#[test]
+fn a_ribbon_policy_below_the_cap_keeps_the_budget_it_was_given() {
+    for bits in [1.0, 1.2, 1.4] {
+        let policy = RibbonPolicy::new(bits);
+        assert_eq!(policy.budget_bits_per_key(), Some(bits), "new({bits})");
+        let resized = policy.with_budget_bits_per_key(bits).unwrap();
+        assert_eq!(
+            resized.budget_bits_per_key(),
+            Some(bits),
+            "with_budget_bits_per_key({bits})"
+        );
+    }
+
+    let uniform_dir = tempfile::tempdir().unwrap();
+    let monkey_dir = tempfile::tempdir().unwrap();
+    let ribbon = || Arc::new(RibbonPolicy::new(1.0)) as Arc<dyn FilterPolicy>;
+    let uniform_opts = build_tree_with(uniform_dir.path(), FilterBudget::Uniform, ribbon());
+    let monkey_opts = build_tree_with(monkey_dir.path(), FilterBudget::Monkey, ribbon());
+    let tables = |dir: &std::path::Path, opts: &Options| {
+        let db = Db::open(dir, opts.clone()).unwrap();
+        db.tables()
+    };
+    let uniform = tables(uniform_dir.path(), &uniform_opts);
+    let monkey = tables(monkey_dir.path(), &monkey_opts);
+    let bytes = |ts: &[TableInfo]| ts.iter().map(|t| t.filter_bytes).sum::<u64>();
+    assert_eq!(
+        bytes(&monkey),
+        bytes(&uniform),
+        "Monkey at 1 bit per key spends what Uniform does"
+    );
+    let recorded: Vec<_> = monkey.iter().map(|t| t.filter_bits_per_key).collect();
+    assert!(
+        recorded.iter().all(|&b| b == Some(1.0)),
+        "a budget of 1 bit per key: every run at the floor, recorded {recorded:?}"
+    );
+}

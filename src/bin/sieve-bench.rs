@@ -164,9 +164,10 @@ struct Args {
     #[arg(long)]
     cold: bool,
     /// Directory for the databases [default: a temporary directory, removed
-    /// at exit, and on Ctrl-C or SIGTERM]. Each engine and policy gets a
-    /// subdirectory, emptied first (refused when a process holds the
-    /// database in it open).
+    /// at exit, and on Ctrl-C, SIGTERM or SIGHUP]. Each engine and policy
+    /// gets a subdirectory, emptied first (refused when its LOCK file shows
+    /// the database in it open in another process: sievedb and RocksDB
+    /// lock theirs; fjall keeps no such file).
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Where to write the JSON results.
@@ -484,9 +485,18 @@ fn run_dir_name(engine: &str, policy: PolicyKind) -> String {
 /// while the directory is removed.
 fn remove_run_dir(dir: &Path) -> BenchResult<()> {
     let lock_path = dir.join("LOCK");
-    let _held = match std::fs::OpenOptions::new().write(true).open(&lock_path) {
+    // Only a regular file is a database's lock (a FIFO would block the
+    // open). Opened for reading and locked for reading, which needs no
+    // write permission and conflicts with the engine's write lock.
+    let is_file = std::fs::symlink_metadata(&lock_path).is_ok_and(|m| m.is_file());
+    let opened = if is_file {
+        std::fs::File::open(&lock_path)
+    } else {
+        Err(std::io::ErrorKind::NotFound.into())
+    };
+    let _held = match opened {
         Ok(file) => {
-            if !lock_exclusive(&file).map_err(io_err(&lock_path))? {
+            if !lock_shared(&file).map_err(io_err(&lock_path))? {
                 return Err(BenchError::Invalid(format!(
                     "{} holds a database that is open in another process (its LOCK is \
                      held): not deleting it; pass another --dir",
@@ -501,14 +511,14 @@ fn remove_run_dir(dir: &Path) -> BenchResult<()> {
     std::fs::remove_dir_all(dir).map_err(io_err(dir))
 }
 
-/// Takes a process-owned write lock on the whole of `file` without
-/// waiting, as the engine does (`fcntl(F_SETLK)`): `Ok(false)` when
-/// another process holds one.
-fn lock_exclusive(file: &std::fs::File) -> std::io::Result<bool> {
+/// Takes a process-owned read lock on the whole of `file` without
+/// waiting (`fcntl(F_SETLK)`, the kind of lock the engine takes for
+/// writing): `Ok(false)` when another process holds a write lock on it.
+fn lock_shared(file: &std::fs::File) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     // SAFETY: `flock` is plain data; all-zero is a valid value of it.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as _;
+    lock.l_type = libc::F_RDLCK as _;
     lock.l_whence = libc::SEEK_SET as _;
     // SAFETY: `file` is open for the whole call, so its descriptor is
     // valid; `F_SETLK` reads the `flock` passed by pointer and keeps no
@@ -685,27 +695,81 @@ fn run_one(
     }))
 }
 
-/// On Ctrl-C (SIGINT, and SIGTERM), removes `dir`, the run's temporary
-/// directory, and exits with status 130: the temporary databases of a
-/// default run take a few hundred MB, and an interrupted run used to leave
-/// them behind (found by review). A `--dir` the user chose is left as it
-/// is. The handler runs on a thread of its own (the `ctrlc` crate), while
-/// the run's threads may still be writing files: the removal is retried.
+/// Set once a signal has ended the run: the main thread then leaves the
+/// ending to the signal thread ([`remove_on_interrupt`]) instead of
+/// reporting the errors the removal causes.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// On Ctrl-C (SIGINT), SIGTERM or SIGHUP, removes `dir`, the run's
+/// temporary directory, then dies by that signal: the temporary databases
+/// of a default run take a few hundred MB, and an interrupted run used to
+/// leave them behind (found by review). A `--dir` the user chose is left
+/// as it is.
+///
+/// How, after a review of a first version: the signals are blocked in this
+/// thread before the run starts any other (threads inherit the mask), and
+/// one thread takes them with `sigwait`. Signals the run was started with
+/// ignored (`nohup`'s SIGHUP, a background job's SIGINT) stay ignored.
+/// The process then dies *by the signal*, not with an exit status, so a
+/// shell running it in a script stops too, and SIGTERM is reported as
+/// SIGTERM. The run's threads may still be writing while the directory is
+/// removed; errors they meet are not reported ([`INTERRUPTED`]).
 fn remove_on_interrupt(dir: PathBuf) {
-    let installed = ctrlc::set_handler(move || {
-        for _ in 0..20 {
-            match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    std::thread::sleep(std::time::Duration::from_millis(25));
-                }
-                _ => break,
+    use std::sync::atomic::Ordering;
+    // SAFETY: the `sigset_t`s and `sigaction` are plain data the calls
+    // fill in (all-zero is a valid start); every pointer passed is to a
+    // local that outlives the call, or null where the call allows it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        let mut any = false;
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut current) == 0
+                && current.sa_sigaction != libc::SIG_IGN
+            {
+                libc::sigaddset(&mut set, sig);
+                any = true;
             }
         }
-        eprintln!("sieve-bench: interrupted; removed {}", dir.display());
-        std::process::exit(130);
-    });
-    if let Err(e) = installed {
-        eprintln!("sieve-bench: cannot catch Ctrl-C ({e}); an interrupted run leaves its temporary directory");
+        if !any || libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        std::thread::spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: as above; `set` and `sig` are this thread's own.
+            if libc::sigwait(&set, &mut sig) != 0 {
+                return;
+            }
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            let mut removed = Err(std::io::Error::other("not tried"));
+            for _ in 0..40 {
+                removed = match std::fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    other => other,
+                };
+                if removed.is_ok() {
+                    break;
+                }
+                // The run's threads created files meanwhile: again.
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            match removed {
+                Ok(()) => eprintln!("sieve-bench: interrupted; removed {}", dir.display()),
+                Err(e) => eprintln!(
+                    "sieve-bench: interrupted; could not remove {}: {e}",
+                    dir.display()
+                ),
+            }
+            // Die by the signal: its default action, unblocked, raised.
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, sig);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::raise(sig);
+            std::process::exit(128 + sig);
+        });
     }
 }
 
@@ -755,6 +819,13 @@ fn main() -> std::process::ExitCode {
     let report = match run(&args) {
         Ok(r) => r,
         Err(e) => {
+            if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+                // The signal thread is removing the run's files (which is
+                // likely what failed here) and ends the process.
+                loop {
+                    std::thread::park();
+                }
+            }
             eprintln!("sieve-bench: {e}");
             return std::process::ExitCode::FAILURE;
         }

@@ -504,6 +504,11 @@ pub struct BuildOutcome {
 pub struct RibbonPolicy {
     fp_rate: f64,
     bloom_bits_per_key: f64,
+    /// The Bloom-equivalent bits per key the policy was made for: what a
+    /// filter budget sizes it by ([`FilterPolicy::budget_bits_per_key`]).
+    /// Equal to `bloom_bits_per_key` except under the rate cap, which
+    /// raises the fallback's bits but not the budget (found by review).
+    budget_bits_per_key: f64,
 }
 
 impl RibbonPolicy {
@@ -561,6 +566,7 @@ impl RibbonPolicy {
             return RibbonPolicy {
                 fp_rate: p,
                 bloom_bits_per_key,
+                budget_bits_per_key: bloom_bits_per_key,
             };
         }
         let half = BloomPolicy::with_fp_rate(Self::MAX_FP_RATE)
@@ -569,6 +575,7 @@ impl RibbonPolicy {
         RibbonPolicy {
             fp_rate: Self::MAX_FP_RATE,
             bloom_bits_per_key: bloom_bits_per_key.max(half),
+            budget_bits_per_key: bloom_bits_per_key,
         }
     }
 
@@ -817,10 +824,11 @@ impl FilterPolicy for RibbonPolicy {
         super::may_contain(filter, key_hash)
     }
 
-    /// The Bloom-equivalent bits per key:
-    /// [`bloom_bits_per_key`](Self::bloom_bits_per_key).
+    /// The Bloom-equivalent bits per key the policy was made for (also
+    /// [`bloom_bits_per_key`](RibbonPolicy::bloom_bits_per_key), except
+    /// below about 1.45, where the fallback gets the bits of rate 1/2).
     fn budget_bits_per_key(&self) -> Option<f64> {
-        Some(self.bloom_bits_per_key)
+        Some(self.budget_bits_per_key)
     }
 
     /// [`RibbonPolicy::new`]`(bits_per_key)`: the rate of a blocked Bloom
