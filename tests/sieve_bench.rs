@@ -1052,3 +1052,52 @@ fn ctrl_c_at_any_moment_exits_as_interrupted() {
         assert_eq!(temp_run_dirs(tmp.path()), Vec::<String>::new());
     }
 }
+
+/// Found by review of the signal thread (7d7c205): it reported the
+/// interrupt with `eprintln!`, which panics when standard error is a closed
+/// pipe (`sieve-bench ... 2>&1 | tee log` and Ctrl-C: tee dies of the same
+/// SIGINT). The thread then died before it raised the signal, the main
+/// thread, whose run failed on the removed files, parked forever, and every
+/// further SIGINT/SIGTERM/SIGHUP was blocked: the process hung.
+#[test]
+fn ctrl_c_with_stderr_a_closed_pipe_still_ends_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--num", "300000", "--filter", "none", "--json"])
+        .arg(out.path().join("results.json"))
+        .arg("--chart")
+        .arg(out.path().join("chart.svg"))
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sieve-bench");
+    // The reader of its standard error goes away (as `tee` does on Ctrl-C).
+    drop(child.stderr.take());
+    wait_for_temp_run_dir(tmp.path());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "finished too soon");
+    // SAFETY: signals a child this test spawned and has not yet reaped.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed().as_secs() >= 20 {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    if status.is_none() {
+        child.kill().unwrap(); // SIGKILL: the only signal it still takes
+        child.wait().unwrap();
+    }
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "sieve-bench still running 20 s after Ctrl-C (status {status:?})"
+    );
+    assert_eq!(temp_run_dirs(tmp.path()), Vec::<String>::new());
+}

@@ -742,25 +742,35 @@ fn remove_on_interrupt(dir: PathBuf) {
                 return;
             }
             INTERRUPTED.store(true, Ordering::SeqCst);
-            let mut removed = Err(std::io::Error::other("not tried"));
-            for _ in 0..40 {
-                removed = match std::fs::remove_dir_all(&dir) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                    other => other,
-                };
-                if removed.is_ok() {
-                    break;
+            // Nothing here may keep the signal from being raised below:
+            // the main thread waits for it, and every thread blocks the
+            // signals (found by review: `eprintln!` panics when standard
+            // error is a closed pipe, as with `2>&1 | tee log` and Ctrl-C,
+            // and the process then hung).
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                use std::io::Write;
+                let mut removed = Err(std::io::Error::other("not tried"));
+                for _ in 0..40 {
+                    removed = match std::fs::remove_dir_all(&dir) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        other => other,
+                    };
+                    if removed.is_ok() {
+                        break;
+                    }
+                    // The run's threads created files meanwhile: again.
+                    std::thread::sleep(std::time::Duration::from_millis(25));
                 }
-                // The run's threads created files meanwhile: again.
-                std::thread::sleep(std::time::Duration::from_millis(25));
-            }
-            match removed {
-                Ok(()) => eprintln!("sieve-bench: interrupted; removed {}", dir.display()),
-                Err(e) => eprintln!(
-                    "sieve-bench: interrupted; could not remove {}: {e}",
-                    dir.display()
-                ),
-            }
+                let mut err = std::io::stderr().lock();
+                let _ = match removed {
+                    Ok(()) => writeln!(err, "sieve-bench: interrupted; removed {}", dir.display()),
+                    Err(e) => writeln!(
+                        err,
+                        "sieve-bench: interrupted; could not remove {}: {e}",
+                        dir.display()
+                    ),
+                };
+            }));
             // Die by the signal: its default action, unblocked, raised.
             let mut one: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut one);
@@ -855,6 +865,13 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = print_report(&mut out, &args, &report, &written) {
         eprintln!("sieve-bench: cannot write the report to standard output: {e}");
         return std::process::ExitCode::FAILURE;
+    }
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        // Interrupted near the end: the signal thread ends the process
+        // (by the signal, not with status 0).
+        loop {
+            std::thread::park();
+        }
     }
     status
 }
