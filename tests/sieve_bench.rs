@@ -211,11 +211,18 @@ fn monkey_budget_runs_are_labelled_and_agree_with_their_tables() {
     // the table recorded. (The `compact` phase settles the tree first, so
     // no flush races the shape taken before the reads.)
     assert!(f(m, &["covering_tables_per_get"]) >= 1.0);
+    assert_measured_blocks_near_expected(m, 20_000.0);
+}
+
+/// The missing-key phase `m`'s measured data blocks per get within five
+/// standard deviations (of `reads` Poisson reads), plus 15%, of the
+/// expected ones.
+fn assert_measured_blocks_near_expected(m: &Value, reads: f64) {
     let (measured, expected) = (
         f(m, &["measured_blocks_per_get"]),
         f(m, &["expected_blocks_per_get"]),
     );
-    let sigma = (expected / 20000.0).sqrt();
+    let sigma = (expected / reads).sqrt();
     assert!(
         (measured - expected).abs() <= 5.0 * sigma + 0.15 * expected,
         "measured {measured} vs expected {expected} blocks per missing get"
@@ -689,15 +696,7 @@ fn ribbon_expected_blocks_hold_at_the_lowest_bits_per_key() {
         ],
     );
     let m = &run_of(&report, "ribbon")["missing"];
-    let (measured, expected) = (
-        f(m, &["measured_blocks_per_get"]),
-        f(m, &["expected_blocks_per_get"]),
-    );
-    let sigma = (expected / 20000.0).sqrt();
-    assert!(
-        (measured - expected).abs() <= 5.0 * sigma + 0.15 * expected,
-        "measured {measured} vs expected {expected} blocks per missing get"
-    );
+    assert_measured_blocks_near_expected(m, 20_000.0);
 }
 
 /// Found by review: without `--dir` the databases go to a temporary
@@ -708,29 +707,12 @@ fn ribbon_expected_blocks_hold_at_the_lowest_bits_per_key() {
 fn ctrl_c_removes_the_temporary_database_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["--num", "300000", "--filter", "none", "--json"])
-        .arg(out.path().join("results.json"))
-        .arg("--chart")
-        .arg(out.path().join("chart.svg"))
-        .env("TMPDIR", tmp.path())
+    let mut child = long_run(tmp.path(), out.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("run sieve-bench");
-    let leftovers = || {
-        std::fs::read_dir(tmp.path())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("sieve-bench-"))
-            .collect::<Vec<_>>()
-    };
-    // Wait for the run to create its directory, then interrupt the load.
-    let start = std::time::Instant::now();
-    while leftovers().is_empty() && start.elapsed().as_secs() < 30 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_temp_run_dir(tmp.path());
     std::thread::sleep(std::time::Duration::from_millis(300));
     // SAFETY: signals a child this test spawned and has not yet reaped.
     let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
@@ -738,7 +720,7 @@ fn ctrl_c_removes_the_temporary_database_directory() {
     let status = child.wait().unwrap();
     assert!(!status.success());
     assert_eq!(
-        leftovers(),
+        temp_run_dirs(tmp.path()),
         Vec::<String>::new(),
         "left in the temporary directory"
     );
@@ -770,6 +752,18 @@ fn a_run_directory_holding_an_open_database_is_not_deleted() {
     drop(db);
     let db = sievedb::Db::open(&run_dir, sievedb::Options::default()).unwrap();
     assert_eq!(db.get(b"mine").unwrap(), Some(b"keep me".to_vec()));
+}
+
+/// A run long enough to interrupt (300,000 keys, no filter), its
+/// temporary directory under `tmp` and its JSON and chart under `out`.
+fn long_run(tmp: &Path, out: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--num", "300000", "--filter", "none", "--json"])
+        .arg(out.join("results.json"))
+        .arg("--chart")
+        .arg(out.join("chart.svg"))
+        .env("TMPDIR", tmp);
+    cmd
 }
 
 /// The entries of `tmp` that are sieve-bench's temporary directories.
@@ -846,12 +840,7 @@ fn sigterm_is_reported_as_sigterm() {
     use std::os::unix::process::ExitStatusExt;
     let tmp = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["--num", "300000", "--filter", "none", "--json"])
-        .arg(out.path().join("results.json"))
-        .arg("--chart")
-        .arg(out.path().join("chart.svg"))
-        .env("TMPDIR", tmp.path())
+    let mut child = long_run(tmp.path(), out.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -882,13 +871,8 @@ fn a_run_started_with_sighup_ignored_survives_a_hangup() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("results.json");
-    let mut cmd = Command::new(BIN);
-    cmd.args(["--num", "300000", "--filter", "none", "--json"])
-        .arg(&json)
-        .arg("--chart")
-        .arg(out.path().join("chart.svg"))
-        .env("TMPDIR", tmp.path())
-        .stdout(std::process::Stdio::null())
+    let mut cmd = long_run(tmp.path(), out.path());
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     // What `nohup` does before it runs the command.
     // SAFETY: `signal` is async-signal-safe, as `pre_exec` requires.
@@ -1063,12 +1047,7 @@ fn ctrl_c_at_any_moment_exits_as_interrupted() {
 fn ctrl_c_with_stderr_a_closed_pipe_still_ends_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .args(["--num", "300000", "--filter", "none", "--json"])
-        .arg(out.path().join("results.json"))
-        .arg("--chart")
-        .arg(out.path().join("chart.svg"))
-        .env("TMPDIR", tmp.path())
+    let mut child = long_run(tmp.path(), out.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
