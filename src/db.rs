@@ -2184,18 +2184,14 @@ impl DbInner {
             });
             let _ = all.merge(&sketch);
         }
-        stats.distinct_keys = sv
-            .version
-            .levels
-            .iter()
-            .fold(all.estimate(), |sum, tables| {
-                sum.saturating_add(unsketched(tables))
-            });
+        stats.distinct_keys = all.estimate();
         for (i, tables) in sv.version.levels.iter().enumerate() {
+            let unsketched = unsketched(tables);
+            stats.distinct_keys = stats.distinct_keys.saturating_add(unsketched);
             let mut level = LevelStats {
                 distinct_keys: Version::union_sketch(tables)
                     .estimate()
-                    .saturating_add(unsketched(tables)),
+                    .saturating_add(unsketched),
                 ..LevelStats::default()
             };
             // Each level's counters are read once, and the totals are summed
