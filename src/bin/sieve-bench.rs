@@ -228,7 +228,9 @@ fn plan(args: &Args) -> BenchResult<Plan> {
     }
     let scans = args.scans.unwrap_or((reads / 20).max(1));
     // Every phase's key order and latencies are held in memory (16 bytes
-    // per operation): refuse sizes that cannot fit rather than abort.
+    // per operation): refuse sizes no machine could hold rather than
+    // abort. Below the limit a machine short of memory still aborts (at
+    // 3.2 GB for the largest accepted `--reads`).
     for (what, n) in [("--num", args.num), ("--reads", reads), ("--scans", scans)] {
         if n > MAX_OPS {
             return Err(BenchError::Invalid(format!(
