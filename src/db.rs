@@ -1202,10 +1202,11 @@ fn lock_exclusive(file: &File) -> std::io::Result<bool> {
     lock.l_type = libc::F_WRLCK as _;
     lock.l_whence = libc::SEEK_SET as _;
     lock.l_start = 0;
-    lock.l_len = 0; // to the end of the file, however long
-                    // SAFETY: `file` is open for the whole call, so its descriptor is
-                    // valid; `F_SETLK` reads the `flock` we pass by pointer and keeps no
-                    // reference to it.
+    // Zero length: to the end of the file, however long.
+    lock.l_len = 0;
+    // SAFETY: `file` is open for the whole call, so its descriptor is
+    // valid; `F_SETLK` reads the `flock` we pass by pointer and keeps no
+    // reference to it.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
     if rc == 0 {
         return Ok(true);
