@@ -986,6 +986,13 @@ impl Db {
     }
 
     /// Sets the read I/O counters to zero (the shape is not a counter).
+    ///
+    /// Safe to call while reads run: a read asked before the reset and
+    /// answered after it counts in the new period, and [`Stats`]' identities
+    /// (`filter_checks` the sum of the three answers; with a block cache,
+    /// `data_block_reads` hits plus misses) hold in every snapshot. Other
+    /// counters of a read in flight (say its `bytes_read` before the reset
+    /// and its hit after it) may fall on either side.
     pub fn reset_stats(&self) {
         self.inner.counters.reset();
         for counters in &self.inner.level_counters {
@@ -2200,6 +2207,15 @@ impl DbInner {
             // while reads run.
             let counters = counters_of(&self.level_counters, i);
             counters.snapshot_into_level(&mut level);
+            if self.block_cache.is_some() {
+                // Every block read with a cache is a hit or a miss, counted
+                // just after the read: derived from them, the identity
+                // holds in every snapshot and across a reset while reads
+                // are in flight (as `filter_checks` is derived).
+                level.data_block_reads = level
+                    .block_cache_hits
+                    .saturating_add(level.block_cache_misses);
+            }
             ReadCounters::add_level_into(&level, &mut stats);
             for t in tables {
                 let meta = t.table.meta();

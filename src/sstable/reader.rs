@@ -637,6 +637,24 @@ impl Table {
             cost.filter_negatives += 1;
             return Ok(None);
         }
+        let answer = self.get_after_positive(user_key, snapshot, cost);
+        if answer.is_err() {
+            // No answer to count: the snapshot's sum of answers still
+            // accounts for this check.
+            ReadCounters::add(&c.filter_checks_unanswered, 1);
+        }
+        answer
+    }
+
+    /// Steps 3 and 4 of [`get`](Self::get), after the filter answered
+    /// "maybe": counts the answer unless it returns an error.
+    fn get_after_positive(
+        &self,
+        user_key: &[u8],
+        snapshot: SequenceNumber,
+        cost: &mut ReadCost,
+    ) -> Result<Option<Found>> {
+        let c = &*self.counters;
         let trailer = pack_trailer(snapshot.min(MAX_SEQUENCE), ValueKind::Put);
         let i = self.find_block(user_key, trailer);
         let Some(entry) = self.index.get(i) else {
