@@ -1445,7 +1445,7 @@ pub(crate) fn check_manifest_levels(state: &ManifestState, manifest: &Path) -> R
 
 /// The message a panic carried (`panic!` with a literal or a format), or
 /// "no message".
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

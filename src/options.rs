@@ -379,7 +379,16 @@ fn check_reserved_policy_name(policy: &Arc<dyn FilterPolicy>) -> Result<()> {
         return Ok(());
     }
     let hashes: Vec<u64> = (0..256u64).map(|i| key_hash(&i.to_le_bytes())).collect();
-    let filter = Filter::for_policy(name, policy.build(&hashes), policy);
+    // The user's code: a panic is an error of these options, as it is
+    // when open builds a table (found by review: it escaped `Db::open`).
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.build(&hashes)))
+        .map_err(|payload| {
+            Error::invalid(format!(
+                "filter policy {name:?} panicked building a filter ({})",
+                crate::db::panic_message(payload.as_ref())
+            ))
+        })?;
+    let filter = Filter::for_policy(name, built, policy);
     let decodes = filter.unfiltered() != Some(Unfiltered::Undecodable);
     if decodes && hashes.iter().all(|&h| filter.may_contain(h)) {
         Ok(())

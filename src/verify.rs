@@ -184,7 +184,20 @@ pub fn check_table_file(
         ..VerifyReport::default()
     };
     // Private counters: verification must not show up in the read stats.
-    let table = match Table::open(path, file_number, policy, Arc::new(ReadCounters::default())) {
+    // Opening may call a custom policy (resized to the table's recorded
+    // size): its panic is a problem of this table, as it is an error of
+    // `Db::open` (found by review: it escaped `verify`).
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Table::open(path, file_number, policy, Arc::new(ReadCounters::default()))
+    }))
+    .unwrap_or_else(|payload| {
+        Err(Error::invalid(format!(
+            "the filter policy {:?} panicked opening the table ({})",
+            policy.name(),
+            crate::db::panic_message(payload.as_ref())
+        )))
+    });
+    let table = match opened {
         Ok(t) => Arc::new(t),
         Err(e) => {
             report.problems.push(Problem::from_error(e, path));

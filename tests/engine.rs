@@ -778,6 +778,176 @@ fn a_policy_panicking_while_open_replays_the_log_is_an_error() {
     }
 }
 
+/// A custom policy that panics in whichever of `build`, `may_contain` and
+/// `with_budget_bits_per_key` is armed, under the name it is given.
+struct PanickyAt {
+    name: &'static str,
+    build: Arc<AtomicBool>,
+    query: Arc<AtomicBool>,
+    resize: Arc<AtomicBool>,
+}
+
+impl PanickyAt {
+    fn new(name: &'static str) -> PanickyAt {
+        PanickyAt {
+            name,
+            build: Arc::default(),
+            query: Arc::default(),
+            resize: Arc::default(),
+        }
+    }
+    fn same_flags(&self) -> PanickyAt {
+        PanickyAt {
+            name: self.name,
+            build: Arc::clone(&self.build),
+            query: Arc::clone(&self.query),
+            resize: Arc::clone(&self.resize),
+        }
+    }
+}
+
+impl sievedb::filter::FilterPolicy for PanickyAt {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        assert!(
+            !self.build.load(Ordering::SeqCst),
+            "the policy's build panicked"
+        );
+        BloomPolicy::new(10.0).build(key_hashes)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        assert!(
+            !self.query.load(Ordering::SeqCst),
+            "the policy's query panicked"
+        );
+        BloomPolicy::new(10.0).may_contain(filter, key_hash)
+    }
+    fn budget_bits_per_key(&self) -> Option<f64> {
+        Some(10.0)
+    }
+    fn with_budget_bits_per_key(
+        &self,
+        _bits: f64,
+    ) -> Option<Arc<dyn sievedb::filter::FilterPolicy>> {
+        assert!(
+            !self.resize.load(Ordering::SeqCst),
+            "the policy's resize panicked"
+        );
+        Some(Arc::new(self.same_flags()))
+    }
+}
+
+/// Regression (found by review, thirty-first session): a custom policy
+/// under the reserved `sievedb.` prefix is checked by building a filter
+/// when the options are validated, and a panic in that `build` escaped
+/// `Db::open`. It is an `InvalidArgument` naming the policy now.
+#[test]
+fn a_reserved_name_policy_panicking_in_validation_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = PanickyAt::new("sievedb.Mine");
+    policy.build.store(true, Ordering::SeqCst);
+    let opts = Options {
+        filter_policy: Arc::new(policy),
+        ..Options::default()
+    };
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Db::open(dir.path(), opts.clone()).map(drop)
+    }))
+    .unwrap_or_else(|_| panic!("Db::open panicked"));
+    match opened {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(
+                why.contains("sievedb.Mine") && why.contains("panicked"),
+                "{why}"
+            )
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(matches!(opts.validate(), Err(Error::InvalidArgument(_))));
+}
+
+/// Regression (found by review, thirty-first session): `verify` opens
+/// every table afresh through the configured policy resized to the
+/// table's size, and the policy's panic there escaped `verify`. The table
+/// is reported as a problem now.
+#[test]
+fn a_policy_panicking_while_verify_opens_a_table_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = PanickyAt::new("test.PanickyAt");
+    let resize = Arc::clone(&policy.resize);
+    let db = Db::open(
+        dir.path(),
+        Options {
+            background_compaction: false,
+            filter_policy: Arc::new(policy),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    db.put(b"k", b"v").unwrap();
+    db.flush().unwrap();
+    assert!(db.verify().unwrap().is_ok());
+    resize.store(true, Ordering::SeqCst);
+    let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.verify()))
+        .unwrap_or_else(|_| panic!("Db::verify panicked"))
+        .unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].reason.contains("panicked"),
+        "{}",
+        report.problems[0]
+    );
+    resize.store(false, Ordering::SeqCst);
+    assert!(db.verify().unwrap().is_ok());
+}
+
+/// Regression (found by review, thirty-first session): a custom policy's
+/// `may_contain` panicking reached the caller of `get`. The query now
+/// answers "may contain" (the table is read, so every answer stays
+/// right) and is counted in `custom_filter_panics`.
+#[test]
+fn a_policy_panicking_in_may_contain_costs_reads_not_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = PanickyAt::new("test.PanickyAt");
+    let query = Arc::clone(&policy.query);
+    let db = Db::open(
+        dir.path(),
+        Options {
+            background_compaction: false,
+            filter_policy: Arc::new(policy),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for i in 0..100u64 {
+        db.put(key(i), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    query.store(true, Ordering::SeqCst);
+    let panics_before = sievedb::filter::custom_filter_panics();
+    let before = db.stats();
+    for i in 0..200u64 {
+        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.get(key(i))))
+            .unwrap_or_else(|_| panic!("Db::get panicked"))
+            .unwrap();
+        assert_eq!(got.is_some(), i < 100, "key {i}");
+    }
+    let multi = db.multi_get(&[key(5), key(500)]).unwrap();
+    assert_eq!(multi, vec![Some(b"v".to_vec()), None]);
+    // Every filter query (keys in the table's range: at least the 100
+    // present ones and the batch's present key) panicked, answered
+    // "maybe" and read a block.
+    let after = db.stats();
+    let checks = after.filter_checks - before.filter_checks;
+    assert!(checks >= 101, "{checks} checks");
+    assert_eq!(after.filter_negatives, before.filter_negatives);
+    assert_eq!(after.data_block_reads - before.data_block_reads, checks);
+    // (Other tests in this process may query custom filters too.)
+    assert!(sievedb::filter::custom_filter_panics() - panics_before >= checks);
+}
+
 /// Regression (found by review, sixteenth session): the in-process table
 /// of open directories was keyed by path, and the POSIX record lock does
 /// not stop a second open in the same process, so a database directory

@@ -433,3 +433,49 @@ fn a_prefix_equal_to_the_edge_keys_of_tables_finds_them() {
     );
     assert!(s.levels[0].prefix_filter_checks > 0);
 }
+
+/// Regression (found by review, thirty-first session): `TableBuilder`
+/// refused only a prefix length of 0, while `Table::open` reads 1 to
+/// `MAX_KEY_LEN`, so a table built with a longer one did not open
+/// ("corruption"). The builder refuses what the reader would.
+#[test]
+fn the_builder_takes_exactly_the_prefix_lengths_tables_open_with() {
+    use sievedb::key::ValueKind;
+    use sievedb::sstable::MAX_KEY_LEN;
+    use sievedb::stats::ReadCounters;
+    let dir = tempfile::tempdir().unwrap();
+    let policy: Arc<dyn FilterPolicy> = Arc::new(sievedb::filter::BloomPolicy::new(10.0));
+    for (number, n) in [0, 1, 3, MAX_KEY_LEN, MAX_KEY_LEN + 1, usize::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.path().join(format!("{:06}.sst", number + 1));
+        let opts = TableOptions {
+            prefix_len: Some(n),
+            filter_policy: Arc::clone(&policy),
+            ..TableOptions::default()
+        };
+        let built = TableBuilder::new(&RealFs, &path, number as u64 + 1, opts).and_then(|mut b| {
+            b.add(b"apple", 2, ValueKind::Put, b"1")?;
+            b.add(b"banana", 1, ValueKind::Put, b"2")?;
+            b.finish()
+        });
+        if (1..=MAX_KEY_LEN).contains(&n) {
+            built.unwrap_or_else(|e| panic!("prefix length {n}: {e}"));
+            let table = Table::open(
+                &path,
+                number as u64 + 1,
+                &policy,
+                Arc::new(ReadCounters::default()),
+            )
+            .unwrap_or_else(|e| panic!("prefix length {n}: {e}"));
+            assert_eq!(table.prefix_len(), Some(n));
+        } else {
+            assert!(
+                matches!(built, Err(Error::InvalidArgument(_))),
+                "prefix length {n}: {built:?}"
+            );
+            assert!(!path.exists(), "prefix length {n}: a file was created");
+        }
+    }
+}

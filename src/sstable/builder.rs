@@ -113,10 +113,13 @@ impl TableBuilder {
                 opts.restart_interval
             )));
         }
-        if opts.prefix_len == Some(0) {
-            return Err(Error::invalid(
-                "prefix_len must be at least 1 (None turns prefixes off)",
-            ));
+        // The reader accepts exactly these lengths: a table written with
+        // any other would not open (found by review: `TableBuilder` took
+        // 2^30 + 1 and `Table::open` called the table corrupt).
+        if let Some(n) = opts.prefix_len.filter(|n| !(1..=MAX_KEY_LEN).contains(n)) {
+            return Err(Error::invalid(format!(
+                "prefix_len must be in 1..={MAX_KEY_LEN} (None turns prefixes off), got {n}"
+            )));
         }
         let file = fs.create_new(path).map_err(|e| Error::io(path, e))?;
         Ok(TableBuilder {

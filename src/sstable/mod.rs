@@ -117,8 +117,8 @@ pub struct TableOptions {
     /// first `n` bytes of every key at least `n` bytes long (each distinct
     /// prefix once), and the table records `n`
     /// ([`Table::may_contain_prefix`]). The filter is sized for keys plus
-    /// prefixes. `None` (the default): keys only. `Some(0)` is refused by
-    /// [`TableBuilder::new`].
+    /// prefixes. `None` (the default): keys only. Lengths outside
+    /// `1..=`[`MAX_KEY_LEN`] are refused by [`TableBuilder::new`].
     ///
     /// [`prefix_hash`]: crate::filter::prefix_hash
     pub prefix_len: Option<usize>,
