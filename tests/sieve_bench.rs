@@ -470,6 +470,12 @@ fn reported_figures_describe_what_was_measured() {
     );
     let run = run_of(&v, "none");
     assert!(f(run, &["shape", "table_bytes"]) > 0.0, "{}", run["shape"]);
+    // The filter-memory panel, all bars 0, has an axis whose ticks read
+    // as numbers (an axis to a millionth labelled every tick "0.0"; found
+    // by review, thirtieth session): one "0.0" tick a panel at most.
+    let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
+    let zero_ticks = svg.lines().filter(|l| l.trim() == "0.0").count();
+    assert!(zero_ticks <= 2, "{zero_ticks} ticks labelled 0.0");
     let missing = &run["missing"];
     let measured = f(missing, &["measured_blocks_per_get"]);
     assert!(measured > 0.5, "{missing}");

@@ -515,12 +515,11 @@ pub fn write_chart(report: &Report, path: &Path) -> BenchResult<()> {
         RGBColor(204, 0, 0),
     ];
     for (panel, (caption, value, unit)) in panels.iter().zip(specs) {
-        let max = bars
-            .iter()
-            .filter_map(value)
-            .fold(0.0f64, f64::max)
-            .max(1e-6)
-            * 1.2;
+        let top = bars.iter().filter_map(value).fold(0.0f64, f64::max);
+        // Room above the tallest bar for its label. With every bar at 0
+        // (filter memory of `none`) an axis to 1: one to a millionth
+        // labelled each tick "0.0".
+        let max = if top > 0.0 { top * 1.2 } else { 1.0 };
         let mut chart = ChartBuilder::on(panel)
             .caption(caption, ("sans-serif", 16))
             .margin(12)
