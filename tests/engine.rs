@@ -661,35 +661,6 @@ fn a_panic_in_a_foreground_compaction_poisons_and_releases_compactions() {
     assert_eq!(db.get(key(7)).unwrap(), Some(vec![1u8; 50]));
 }
 
-/// A sized custom policy (it reports a size, so the engine resizes it per
-/// table under `FilterBudget::Monkey`) whose resize panics once told to.
-struct PanickyResize(Arc<AtomicBool>);
-
-impl sievedb::filter::FilterPolicy for PanickyResize {
-    fn name(&self) -> &str {
-        "test.PanickyResize"
-    }
-    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
-        BloomPolicy::new(10.0).build(key_hashes)
-    }
-    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
-        BloomPolicy::new(10.0).may_contain(filter, key_hash)
-    }
-    fn budget_bits_per_key(&self) -> Option<f64> {
-        Some(10.0)
-    }
-    fn with_budget_bits_per_key(
-        &self,
-        _bits: f64,
-    ) -> Option<Arc<dyn sievedb::filter::FilterPolicy>> {
-        assert!(
-            !self.0.load(Ordering::SeqCst),
-            "the policy's resize panicked"
-        );
-        Some(Arc::new(PanickyResize(Arc::clone(&self.0))))
-    }
-}
-
 /// Regression (found by review, twenty-ninth session): the user's code
 /// `Db::open` calls, a sized custom policy's `with_budget_bits_per_key`,
 /// panicking while the replayed log's table is sized or while the tables
@@ -700,11 +671,14 @@ impl sievedb::filter::FilterPolicy for PanickyResize {
 fn a_sized_policy_panicking_at_open_is_an_error() {
     for tables_on_disk in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let armed = Arc::new(AtomicBool::new(false));
+        // A sized policy (the engine resizes it per table under Monkey)
+        // whose resize panics once armed.
+        let policy = PanickyAt::new("test.PanickyResize");
+        let armed = Arc::clone(&policy.resize);
         let opts = Options {
             background_compaction: false,
             filter_budget: sievedb::FilterBudget::Monkey,
-            filter_policy: Arc::new(PanickyResize(Arc::clone(&armed))),
+            filter_policy: Arc::new(policy),
             ..Options::default()
         };
         let db = Db::open(dir.path(), opts.clone()).unwrap();
@@ -839,6 +813,21 @@ impl sievedb::filter::FilterPolicy for PanickyAt {
     }
 }
 
+/// A database in a new directory under a `PanickyAt` policy (nothing
+/// armed), without background compaction, and the policy's switches.
+fn open_with_panicky_at() -> (tempfile::TempDir, Db, PanickyAt) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = PanickyAt::new("test.PanickyAt");
+    let switches = policy.same_flags();
+    let opts = Options {
+        background_compaction: false,
+        filter_policy: Arc::new(policy),
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    (dir, db, switches)
+}
+
 /// Regression (found by review, thirty-first session): a custom policy
 /// under the reserved `sievedb.` prefix is checked by building a filter
 /// when the options are validated, and a panic in that `build` escaped
@@ -874,18 +863,8 @@ fn a_reserved_name_policy_panicking_in_validation_is_an_error() {
 /// is reported as a problem now.
 #[test]
 fn a_policy_panicking_while_verify_opens_a_table_is_a_problem() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = PanickyAt::new("test.PanickyAt");
+    let (_dir, db, policy) = open_with_panicky_at();
     let resize = Arc::clone(&policy.resize);
-    let db = Db::open(
-        dir.path(),
-        Options {
-            background_compaction: false,
-            filter_policy: Arc::new(policy),
-            ..Options::default()
-        },
-    )
-    .unwrap();
     db.put(b"k", b"v").unwrap();
     db.flush().unwrap();
     assert!(db.verify().unwrap().is_ok());
@@ -909,18 +888,8 @@ fn a_policy_panicking_while_verify_opens_a_table_is_a_problem() {
 /// right) and is counted in `custom_filter_panics`.
 #[test]
 fn a_policy_panicking_in_may_contain_costs_reads_not_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = PanickyAt::new("test.PanickyAt");
+    let (_dir, db, policy) = open_with_panicky_at();
     let query = Arc::clone(&policy.query);
-    let db = Db::open(
-        dir.path(),
-        Options {
-            background_compaction: false,
-            filter_policy: Arc::new(policy),
-            ..Options::default()
-        },
-    )
-    .unwrap();
     for i in 0..100u64 {
         db.put(key(i), b"v").unwrap();
     }

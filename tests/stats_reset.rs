@@ -11,28 +11,36 @@ use std::sync::Arc;
 
 use sievedb::{Db, Options, Stats};
 
+/// The identities over one set of counters (the totals or a level's):
+/// `[checks, negatives, false positives, true positives, block reads,
+/// cache hits, cache misses]`.
+fn check_counts(c: [u64; 7], cached: bool, what: &str) {
+    let [checks, negatives, fps, tps, reads, hits, misses] = c;
+    assert_eq!(checks, negatives + fps + tps, "{what}: {c:?}");
+    if cached {
+        assert_eq!(reads, hits + misses, "{what}: {c:?}");
+    }
+}
+
 /// The identities, for the totals and every level; `cached`: the database
 /// has a block cache.
 fn check(s: &Stats, cached: bool, when: &str) {
-    let answers = s.filter_negatives + s.filter_false_positives + s.filter_true_positives;
-    assert_eq!(s.filter_checks, answers, "{when}: totals {s:?}");
-    if cached {
-        assert_eq!(
-            s.data_block_reads,
-            s.block_cache_hits + s.block_cache_misses,
-            "{when}: totals {s:?}"
-        );
+    macro_rules! counts {
+        ($x:expr) => {
+            [
+                $x.filter_checks,
+                $x.filter_negatives,
+                $x.filter_false_positives,
+                $x.filter_true_positives,
+                $x.data_block_reads,
+                $x.block_cache_hits,
+                $x.block_cache_misses,
+            ]
+        };
     }
+    check_counts(counts!(s), cached, &format!("{when}, totals"));
     for (i, l) in s.levels.iter().enumerate() {
-        let answers = l.filter_negatives + l.filter_false_positives + l.filter_true_positives;
-        assert_eq!(l.filter_checks, answers, "{when}: level {i} {l:?}");
-        if cached {
-            assert_eq!(
-                l.data_block_reads,
-                l.block_cache_hits + l.block_cache_misses,
-                "{when}: level {i} {l:?}"
-            );
-        }
+        check_counts(counts!(l), cached, &format!("{when}, level {i}"));
     }
 }
 
