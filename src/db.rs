@@ -989,7 +989,8 @@ impl Db {
     ///
     /// Safe to call while reads run: a read asked before the reset and
     /// answered after it counts in the new period, and [`Stats`]' identities
-    /// (`filter_checks` the sum of the three answers; with a block cache,
+    /// (`filter_checks` the sum of the three answers, `prefix_filter_checks`
+    /// at least `prefix_filter_negatives`; with a block cache,
     /// `data_block_reads` hits plus misses) hold in every snapshot. Other
     /// counters of a read in flight (say its `bytes_read` before the reset
     /// and its hit after it) may fall on either side.

@@ -20,7 +20,9 @@ pub struct ReadCounters {
     /// in flight (a read asked before a reset and answered after it left
     /// the identity false for good; found by review, thirty-first
     /// session). This raw count runs ahead of that sum by the checks in
-    /// flight.
+    /// flight, and a [`reset`](Self::reset) while reads run can leave it
+    /// above or below the sum for good: read the [`Stats`] snapshot
+    /// ([`snapshot_into`](Self::snapshot_into)) rather than this field.
     ///
     /// [`filter_checks_unanswered`]: Self::filter_checks_unanswered
     pub filter_checks: AtomicU64,
@@ -47,11 +49,17 @@ pub struct ReadCounters {
     /// Data blocks read by point reads only.
     pub get_data_block_reads: AtomicU64,
     /// Table filters asked about a key prefix by a prefix scan (tables
-    /// whose filter holds prefixes of a length the scan's prefix covers).
+    /// whose filter holds prefixes of a length the scan's prefix covers),
+    /// counted when asked: like [`filter_checks`](Self::filter_checks), a
+    /// raw count that [`Stats::prefix_filter_checks`] does not use.
     pub prefix_filter_checks: AtomicU64,
     /// Prefix checks that answered "absent": tables a prefix scan skipped
     /// without reading them.
     pub prefix_filter_negatives: AtomicU64,
+    /// Prefix checks that answered "maybe". [`Stats::prefix_filter_checks`]
+    /// is this plus [`prefix_filter_negatives`](Self::prefix_filter_negatives),
+    /// for the reason given at [`filter_checks`](Self::filter_checks).
+    pub prefix_filter_maybes: AtomicU64,
 }
 
 impl ReadCounters {
@@ -77,6 +85,7 @@ impl ReadCounters {
             &self.get_data_block_reads,
             &self.prefix_filter_checks,
             &self.prefix_filter_negatives,
+            &self.prefix_filter_maybes,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -109,8 +118,10 @@ impl ReadCounters {
         level.block_cache_misses = l(&self.block_cache_misses);
         level.get_data_block_reads = l(&self.get_data_block_reads);
         level.bytes_read = l(&self.bytes_read);
-        level.prefix_filter_checks = l(&self.prefix_filter_checks);
         level.prefix_filter_negatives = l(&self.prefix_filter_negatives);
+        level.prefix_filter_checks = level
+            .prefix_filter_negatives
+            .saturating_add(l(&self.prefix_filter_maybes));
     }
 
     /// Adds `level`'s read fields (as [`snapshot_into_level`] read them)
@@ -148,8 +159,10 @@ impl ReadCounters {
         stats.block_cache_misses = l(&self.block_cache_misses);
         stats.bytes_read = l(&self.bytes_read);
         stats.get_data_block_reads = l(&self.get_data_block_reads);
-        stats.prefix_filter_checks = l(&self.prefix_filter_checks);
         stats.prefix_filter_negatives = l(&self.prefix_filter_negatives);
+        stats.prefix_filter_checks = stats
+            .prefix_filter_negatives
+            .saturating_add(l(&self.prefix_filter_maybes));
     }
 }
 

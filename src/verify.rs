@@ -424,7 +424,10 @@ fn check_version_order(
     }
     // The version met last: its source and sequence number.
     let mut last: Option<(Vec<u8>, usize, u64)> = None;
+    // Keys found out of order (each reported once, at its first
+    // misplaced version), and whether the key of `last` is one.
     let mut found = 0usize;
+    let mut last_key_found = false;
     while let Some(head) = heap.pop() {
         let Some((user, seq, _)) = decode_internal_key(&head.key) else {
             return vec![fail(Error::corruption(
@@ -438,7 +441,12 @@ fn check_version_order(
             // newer (or, if equal, the same version twice).
             let prev = &sources[*prev_source];
             let cur = &sources[head.source];
-            if prev_user.as_slice() == user && (cur.rank < prev.rank || seq == *prev_seq) {
+            let same_key = prev_user.as_slice() == user;
+            if !same_key {
+                last_key_found = false;
+            }
+            if same_key && !last_key_found && (cur.rank < prev.rank || seq == *prev_seq) {
+                last_key_found = true;
                 found += 1;
                 if found <= MAX_ORDER_PROBLEMS {
                     let reason = if seq == *prev_seq {

@@ -793,8 +793,9 @@ impl Table {
     /// first `n` bytes of `prefix` are absent. Otherwise true (a filter of
     /// keys only, or a `prefix` shorter than `n`, cannot tell).
     ///
-    /// A filter consulted counts in `prefix_filter_checks`, and a "no" in
-    /// `prefix_filter_negatives`; the range test counts nothing.
+    /// A filter consulted counts in `prefix_filter_checks`, and its answer
+    /// in `prefix_filter_negatives` ("no") or `prefix_filter_maybes`; the
+    /// range test counts nothing.
     pub fn may_contain_prefix(&self, prefix: &[u8]) -> bool {
         if self.meta.entries == 0 || !range_may_hold_prefix(&self.meta, prefix) {
             return false;
@@ -805,7 +806,9 @@ impl Table {
         let c = &*self.counters;
         ReadCounters::add(&c.prefix_filter_checks, 1);
         let maybe = self.filter.may_contain(prefix_hash(&prefix[..n]));
-        if !maybe {
+        if maybe {
+            ReadCounters::add(&c.prefix_filter_maybes, 1);
+        } else {
             ReadCounters::add(&c.prefix_filter_negatives, 1);
         }
         maybe
