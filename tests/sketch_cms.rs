@@ -151,6 +151,7 @@ fn merge_equals_the_sketch_of_the_concatenated_stream() {
         CountMinSketch::with_error(0.005, 0.01)
             .unwrap()
             .with_seed(42)
+            .unwrap()
     };
     let mut whole = make();
     feed(&mut whole, &stream);
@@ -169,7 +170,7 @@ fn merge_rejects_different_shapes_seeds_and_modes() {
     for other in [
         CountMinSketch::new(101, 4).unwrap(),
         CountMinSketch::new(100, 5).unwrap(),
-        CountMinSketch::new(100, 4).unwrap().with_seed(1),
+        CountMinSketch::new(100, 4).unwrap().with_seed(1).unwrap(),
         CountMinSketch::new(100, 4)
             .unwrap()
             .with_mode(UpdateMode::Conservative),
@@ -257,6 +258,7 @@ fn bytes_round_trip_and_damage_is_reported() {
     let mut sketch = CountMinSketch::new(97, 3)
         .unwrap()
         .with_seed(9)
+        .unwrap()
         .with_mode(UpdateMode::Conservative)
         .with_aging(Some(70_001))
         .unwrap();
@@ -433,4 +435,47 @@ fn heavy_hitters_with_aging_follow_a_shift_in_traffic() {
         all_time.observe(&rank_key(rank as usize + 5_000));
     }
     assert_eq!(all_time.top()[0].0, rank_key(0));
+}
+
+/// A seed changed under counts would send every item to other counters
+/// and read estimates below the true counts: refused (found by review).
+#[test]
+fn with_seed_refuses_a_sketch_that_holds_counts() {
+    let mut sketch = CountMinSketch::new(1000, 4).unwrap();
+    sketch.add(b"hot", 100);
+    assert!(matches!(
+        sketch.clone().with_seed(42),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Emptied, it takes a seed again; counts added after it are found.
+    sketch.clear();
+    let mut reseeded = sketch.with_seed(42).unwrap();
+    reseeded.add(b"hot", 100);
+    assert!(reseeded.estimate(b"hot") >= 100);
+}
+
+/// No add, halving or merge makes a counter exceed the total, so bytes
+/// in which one does are damage, even with a valid checksum.
+#[test]
+fn from_bytes_refuses_a_counter_above_the_total() {
+    let mut sketch = CountMinSketch::new(8, 2).unwrap();
+    sketch.add(b"a", 3);
+    let good = sketch.to_bytes();
+    assert_eq!(CountMinSketch::from_bytes(&good).unwrap(), sketch);
+    for (value, accepted) in [(3u64, true), (4, false), (1_000_000, false)] {
+        let mut bytes = good.clone();
+        let body = bytes.len() - 4;
+        bytes[48..56].copy_from_slice(&value.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..body]);
+        bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        let decoded = CountMinSketch::from_bytes(&bytes);
+        assert_eq!(
+            decoded.is_ok(),
+            accepted,
+            "counter {value}, total 3: {decoded:?}"
+        );
+        if let Err(e) = decoded {
+            assert!(matches!(e, Error::Corruption { .. }), "{e:?}");
+        }
+    }
 }

@@ -52,7 +52,7 @@
 //! 24      8   aging period u64 LE (0 = off)
 //! 32      8   additions since the last halving u64 LE (< period when on)
 //! 40      8   total count u64 LE
-//! 48  8*w*d   counters, row-major, u64 LE
+//! 48  8*w*d   counters, row-major, u64 LE (each <= total)
 //! end     4   CRC-32 (IEEE) of every byte before it
 //! ```
 //!
@@ -169,9 +169,19 @@ impl CountMinSketch {
     }
 
     /// Uses `seed` for the row hashes (sketches merge only with equal seeds).
-    pub fn with_seed(mut self, seed: u64) -> Self {
+    ///
+    /// [`Error::InvalidArgument`] if the sketch already holds counts: under
+    /// another seed every item reads other counters, so its estimates could
+    /// fall below its true count (found by review). Choose the seed first.
+    pub fn with_seed(mut self, seed: u64) -> Result<Self> {
+        if self.total != 0 || self.counters.iter().any(|&c| c != 0) {
+            return Err(Error::invalid(
+                "with_seed on a count-min sketch that holds counts: its estimates \
+                 would read other counters (set the seed before adding)",
+            ));
+        }
         self.seed = seed;
-        self
+        Ok(self)
     }
 
     /// Sets the update mode.
@@ -453,12 +463,23 @@ impl CountMinSketch {
         if aging_period == 0 && additions_since_aging != 0 {
             return Err(bad(32, "aging clock set while aging is off".to_string()));
         }
-        for (counter, chunk) in sketch
+        for (i, (counter, chunk)) in sketch
             .counters
             .iter_mut()
             .zip(body[HEADER_LEN..].chunks_exact(8))
+            .enumerate()
         {
             *counter = u64::from_le_bytes(array(chunk));
+            // Adds, halvings and merges move a counter and the total
+            // together (saturating alike), so no counter exceeds the
+            // total; one that does makes the `epsilon * total` bound
+            // meaningless (found by review).
+            if *counter > total {
+                return Err(bad(
+                    HEADER_LEN + 8 * i,
+                    format!("counter {i} is {counter}, above the total {total}"),
+                ));
+            }
         }
         sketch.seed = seed;
         sketch.mode = mode;
