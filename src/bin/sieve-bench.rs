@@ -122,6 +122,18 @@ struct Args {
     /// e.g. `bloom-lastlevel`). Peers ignore it.
     #[arg(long)]
     no_last_level_filters: bool,
+    /// Let sievedb flush and compact in the background while it loads (the
+    /// engine's default). Off by default here: the loading thread itself
+    /// runs the flushes and compactions due every 1,024 puts, at points
+    /// that depend only on the puts, so with one thread every policy of a
+    /// run reads the same tree (with background compactions the tree
+    /// depends on when they ran: tables per level and tables per missing
+    /// key differed between the policies of one run). A fill's ops/s then
+    /// include that work in the loading thread; turn this on to measure
+    /// writes with compactions beside them. Peers always compact in the
+    /// background.
+    #[arg(long)]
+    background_compaction: bool,
     /// sievedb's memtable size in KiB [default: the engine's, 4096].
     #[arg(long)]
     memtable_kib: Option<u64>,
@@ -306,6 +318,10 @@ fn plan(args: &Args) -> BenchResult<Plan> {
         FilterArg::None => vec![PolicyKind::None],
         FilterArg::All => vec![PolicyKind::Bloom, PolicyKind::Ribbon, PolicyKind::None],
     };
+    #[cfg(feature = "peer-fjall")]
+    if args.engine.iter().any(|e| e == "fjall") && policies.contains(&PolicyKind::Bloom) {
+        peers::fjall_bloom_bits(args.bits_per_key)?;
+    }
     if let Some(dir) = &args.dir {
         // The run creates `--dir` (and the directories above it) and
         // deletes and recreates one directory per engine and policy in
@@ -382,6 +398,7 @@ fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
         block_cache_bytes: block_cache,
         filter_budget: args.filter_budget.budget(),
         last_level_filters: !args.no_last_level_filters,
+        background_compaction: args.background_compaction,
         compression: args.compression.compression(),
         memtable_bytes: memtable,
         level1_bytes: kib_to_bytes("--level1-kib", args.level1_kib)?,

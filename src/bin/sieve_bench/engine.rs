@@ -3,6 +3,7 @@
 //! the `peers` feature; every workload is written once against [`Engine`].
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sievedb::filter::{BloomPolicy, FilterPolicy, NoFilter, RibbonPolicy};
@@ -232,6 +233,8 @@ pub struct SieveSettings {
     pub filter_budget: FilterBudget,
     /// `Options::last_level_filters`.
     pub last_level_filters: bool,
+    /// `Options::background_compaction`.
+    pub background_compaction: bool,
     /// `Options::compression`.
     pub compression: Compression,
     /// `Options::memtable_bytes`, if not the default.
@@ -247,7 +250,18 @@ pub struct SieveEngine {
     dir: PathBuf,
     opts: Options,
     db: Option<Db>,
+    /// Puts so far, to run the due flushes and compactions every
+    /// [`SETTLE_EVERY_PUTS`] when background compaction is off.
+    puts: AtomicU64,
 }
+
+/// With background compaction off, every this many puts the loading thread
+/// waits for the frozen memtables' flushes and runs the compactions due
+/// (`Db::wait_for_compactions`, a few microseconds when nothing is due).
+/// The points depend only on the puts, so a single-threaded load builds
+/// the same tree under every policy, grown as background compaction would
+/// grow it (levels that overlap), not one merge of every table at the end.
+const SETTLE_EVERY_PUTS: u64 = 1024;
 
 impl SieveEngine {
     /// Opens (creating) a database in `dir`.
@@ -262,6 +276,7 @@ impl SieveEngine {
             filter_policy: sieve_policy(kind, bits_per_key)?,
             filter_budget: settings.filter_budget,
             last_level_filters: settings.last_level_filters,
+            background_compaction: settings.background_compaction,
             compression: settings.compression,
             memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
             level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
@@ -275,6 +290,7 @@ impl SieveEngine {
             dir: dir.to_path_buf(),
             opts,
             db: Some(db),
+            puts: AtomicU64::new(0),
         })
     }
 
@@ -291,7 +307,14 @@ impl Engine for SieveEngine {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
-        Ok(self.db()?.put(key, value)?)
+        let db = self.db()?;
+        db.put(key, value)?;
+        if !self.opts.background_compaction
+            && (self.puts.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(SETTLE_EVERY_PUTS)
+        {
+            db.wait_for_compactions()?;
+        }
+        Ok(())
     }
 
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {

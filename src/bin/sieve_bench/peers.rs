@@ -9,6 +9,20 @@ use std::path::{Path, PathBuf};
 use crate::engine::{visit_keys, Engine, PolicyKind, ReadIo, Shape};
 use crate::error::{BenchError, BenchResult};
 
+/// fjall's Bloom filters take whole bits per key in `1..=20`: the bits
+/// per key a Bloom run of fjall uses, or why it cannot. `plan` checks it
+/// before any run, so a bad value fails at once rather than after the
+/// sievedb runs (found by review).
+#[cfg(feature = "peer-fjall")]
+pub fn fjall_bloom_bits(bits_per_key: f64) -> BenchResult<u8> {
+    if bits_per_key.fract() != 0.0 || !(1.0..=20.0).contains(&bits_per_key) {
+        return Err(BenchError::Invalid(format!(
+            "fjall takes whole bloom bits per key in 1..=20, got {bits_per_key}"
+        )));
+    }
+    Ok(bits_per_key as u8)
+}
+
 fn peer_err(engine: &'static str) -> impl Fn(String) -> BenchError {
     move |message| BenchError::Peer { engine, message }
 }
@@ -180,14 +194,7 @@ impl FjallEngine {
         let bloom_bits = match policy {
             PolicyKind::Ribbon => return Ok(None),
             PolicyKind::None => None,
-            PolicyKind::Bloom => {
-                if bits_per_key.fract() != 0.0 || !(1.0..=20.0).contains(&bits_per_key) {
-                    return Err(BenchError::Invalid(format!(
-                        "fjall takes whole bloom bits per key in 1..=20, got {bits_per_key}"
-                    )));
-                }
-                Some(bits_per_key as u8)
-            }
+            PolicyKind::Bloom => Some(fjall_bloom_bits(bits_per_key)?),
         };
         Ok(Some(FjallEngine {
             dir: dir.to_path_buf(),
