@@ -14,6 +14,8 @@
     clippy::too_many_arguments
 )]
 use sievedb::{Db, Error, Options, WriteBatch};
+mod common;
+
 use std::ops::Bound;
 
 fn small() -> Options {
@@ -177,19 +179,7 @@ mod conc {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
-    pub struct Rng(pub u64);
-    impl Rng {
-        pub fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        pub fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::common::Rng;
 
     pub fn universe() -> Vec<Vec<u8>> {
         let bytes = [0x00u8, 0x01, b'a', 0xfe, 0xff];
