@@ -77,29 +77,15 @@ const HOT_KEYS_SAMPLE_EVERY: u32 = 8;
 /// of the thread's next random number are zero.
 const HOT_KEYS_SAMPLE_BITS: u32 = HOT_KEYS_SAMPLE_EVERY.trailing_zeros();
 const _: () = assert!(HOT_KEYS_SAMPLE_EVERY.is_power_of_two());
+/// Most dropped samples one taken sample carries (see `sample_read`).
+const HOT_KEYS_MAX_CARRIED: u64 = 7;
 
-/// The hot-key sketch and what became of the reads sampled for it.
+/// The hot-key sketch, and the samples dropped while another thread held
+/// it, which the next sample taken carries.
 struct HotKeys {
-    sampled: Mutex<SampledReads>,
-    /// Samples dropped because another thread held `sampled`.
-    skipped: AtomicU64,
-}
-
-/// The heavy hitters of the sampled reads, and how many were fed to them.
-struct SampledReads {
-    hitters: HeavyHitters,
-    observed: u64,
-}
-
-/// A sampled count scaled to reads: times the sampling period, and times
-/// `(observed + skipped) / observed` for the samples contention dropped
-/// (which fall on every key alike). In 128 bits, saturating at `u64::MAX`.
-fn scale_hot_count(count: u64, observed: u64, skipped: u64) -> u64 {
-    let mut reads = count as u128 * HOT_KEYS_SAMPLE_EVERY as u128;
-    if observed > 0 {
-        reads = reads * (observed as u128 + skipped as u128) / observed as u128;
-    }
-    u64::try_from(reads).unwrap_or(u64::MAX)
+    hitters: Mutex<HeavyHitters>,
+    /// Samples dropped since a sample last took them on.
+    dropped: AtomicU64,
 }
 
 thread_local! {
@@ -640,16 +626,11 @@ impl Db {
             next_file,
             hot_keys: if opts.track_hot_keys {
                 Some(HotKeys {
-                    sampled: Mutex::new(SampledReads {
-                        hitters: HeavyHitters::new(
-                            HOT_KEYS_TRACKED,
-                            HOT_KEYS_EPSILON,
-                            HOT_KEYS_DELTA,
-                        )?
-                        .with_aging(Some(HOT_KEYS_AGING_PERIOD))?,
-                        observed: 0,
-                    }),
-                    skipped: AtomicU64::new(0),
+                    hitters: Mutex::new(
+                        HeavyHitters::new(HOT_KEYS_TRACKED, HOT_KEYS_EPSILON, HOT_KEYS_DELTA)?
+                            .with_aging(Some(HOT_KEYS_AGING_PERIOD))?,
+                    ),
+                    dropped: AtomicU64::new(0),
                 })
             } else {
                 None
@@ -961,19 +942,20 @@ impl Db {
     }
 
     /// The `k` most frequently read keys (by point reads; recent traffic
-    /// weighted more: counts halve every 2^23 reads) with their estimated
+    /// weighted more: counts halve every 2^20 samples taken, about 2^23 reads) with their estimated
     /// read counts, hottest first. Empty when `Options::track_hot_keys` is
     /// off. At most [`HOT_KEYS_TRACKED`] keys are reported (twice as many
     /// candidates are tracked).
     ///
     /// Each read is sampled with probability 1/8 (a per-thread random
-    /// draw, so periodic read patterns are seen fairly). A sample that
-    /// finds the sketch busy with another thread's is dropped, not waited
-    /// for, and counted: a count is the sketch's count of the sampled
-    /// reads times 8, times (samples taken + dropped) / samples taken, so
-    /// contention does not pull every count down (four threads reading one
-    /// key lost up to 8.6% of the samples, and the counts with them, before
-    /// this correction: found by review). It carries two errors:
+    /// draw, so periodic read patterns are seen fairly), and a count is the
+    /// sketch's count of the sampled reads times 8. A sample that finds the
+    /// sketch busy with another thread's is not waited for: it is counted
+    /// and the next sample taken, a read of the same moment's traffic,
+    /// stands for it too (four threads reading one key lost up to 8.6% of
+    /// their samples, and the counts with them, before: found by review).
+    /// So contention adds noise, not a bias, if the contending threads read
+    /// at about the same rate. A count carries two more errors:
     /// the sampling's binomial noise (about `1/sqrt(reads/8)` relative),
     /// and the count-min overcount, never negative and, with probability
     /// 98%, at most 0.001 of the sketch's aged total: the sampled reads
@@ -988,14 +970,10 @@ impl Db {
     pub fn hot_keys(&self, k: usize) -> Vec<(Vec<u8>, u64)> {
         match &self.inner.hot_keys {
             Some(hot) => {
-                let (mut top, observed) = {
-                    let sampled = hot.sampled.lock();
-                    (sampled.hitters.top(), sampled.observed)
-                };
-                let skipped = hot.skipped.load(Ordering::Relaxed);
+                let mut top = hot.hitters.lock().top();
                 top.truncate(k);
                 for (_, count) in &mut top {
-                    *count = scale_hot_count(*count, observed, skipped);
+                    *count = count.saturating_mul(HOT_KEYS_SAMPLE_EVERY as u64);
                 }
                 top
             }
@@ -1781,15 +1759,33 @@ impl DbInner {
     fn sample_read(&self, key: &[u8], hash: u64) {
         if let Some(hot) = &self.hot_keys {
             if sample_this_read() {
-                match hot.sampled.try_lock() {
-                    Some(mut sampled) => {
-                        sampled.hitters.observe_hash(key, hash);
-                        sampled.observed += 1;
+                match hot.hitters.try_lock() {
+                    Some(mut hitters) => {
+                        // This sample also stands for those dropped since
+                        // the last one taken: a read of the same moment's
+                        // traffic, so a key's count stays right however
+                        // contention varies over time. (Scaling every count
+                        // by one lifetime ratio of dropped samples inflated
+                        // the counts of reads made after contention ended:
+                        // found by review.) At most
+                        // `HOT_KEYS_MAX_CARRIED` at a time: a thread
+                        // descheduled while holding the sketch leaves
+                        // thousands, which one key would otherwise take in
+                        // one lump. A plain load first: the shared line is
+                        // written only under contention.
+                        let carried = if hot.dropped.load(Ordering::Relaxed) == 0 {
+                            0
+                        } else {
+                            hot.dropped
+                                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                                    Some(n - n.min(HOT_KEYS_MAX_CARRIED))
+                                })
+                                .map_or(0, |n| n.min(HOT_KEYS_MAX_CARRIED))
+                        };
+                        hitters.observe_hash_n(key, hash, 1 + carried);
                     }
-                    // Counted so that `hot_keys` can scale the counts back
-                    // up: only contended samples touch this shared line.
                     None => {
-                        hot.skipped.fetch_add(1, Ordering::Relaxed);
+                        hot.dropped.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }

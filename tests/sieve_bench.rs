@@ -1098,7 +1098,7 @@ fn ctrl_c_with_stderr_a_closed_pipe_still_ends_the_run() {
 /// `[0,1,3,2]` and 1.27 against 2.38 covering tables per missing get
 /// between the policies of one run.
 #[test]
-fn every_policy_of_a_run_reads_the_same_tree() {
+fn a_load_builds_the_same_tree_every_run_and_for_bloom_and_ribbon() {
     let shapes = |report: &Value| -> Vec<(String, String, f64)> {
         report["runs"]
             .as_array()

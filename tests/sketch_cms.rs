@@ -407,6 +407,30 @@ fn heavy_hitters_observe_equals_observe_hash_and_clear_resets() {
     assert_eq!(by_item.estimate(&rank_key(0)), 0);
 }
 
+/// `observe_hash_n(k, h, n)` is `n` calls of `observe_hash` (no aging):
+/// the same top list, counts and total; `n = 0` records nothing.
+#[test]
+fn heavy_hitters_observe_n_equals_n_observations() {
+    let (stream, _) = small_zipf();
+    let mut one_by_one = HeavyHitters::new(5, 0.01, 0.01).unwrap();
+    let mut in_runs = HeavyHitters::new(5, 0.01, 0.01).unwrap();
+    let mut occurrences = 0;
+    for (i, &rank) in stream[..20_000].iter().enumerate() {
+        let key = rank_key(rank as usize);
+        let hash = key_hash(&key);
+        let n = 1 + (i as u64 * 7) % 5;
+        for _ in 0..n {
+            one_by_one.observe_hash(&key, hash);
+        }
+        in_runs.observe_hash_n(&key, hash, n);
+        in_runs.observe_hash_n(&key, hash, 0);
+        occurrences += n;
+    }
+    assert_eq!(one_by_one.top(), in_runs.top());
+    assert_eq!(one_by_one.total(), in_runs.total());
+    assert_eq!(in_runs.total(), occurrences);
+}
+
 #[test]
 fn heavy_hitters_with_aging_follow_a_shift_in_traffic() {
     let mut hh = HeavyHitters::new(3, 0.001, 0.01)

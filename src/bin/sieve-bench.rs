@@ -122,16 +122,18 @@ struct Args {
     /// e.g. `bloom-lastlevel`). Peers ignore it.
     #[arg(long)]
     no_last_level_filters: bool,
-    /// Let sievedb flush and compact in the background while it loads (the
-    /// engine's default). Off by default here: the loading thread itself
-    /// runs the flushes and compactions due every 1,024 puts, at points
-    /// that depend only on the puts, so with one thread every policy of a
-    /// run reads the same tree (with background compactions the tree
-    /// depends on when they ran: tables per level and tables per missing
-    /// key differed between the policies of one run). A fill's ops/s then
-    /// include that work in the loading thread; turn this on to measure
-    /// writes with compactions beside them. Peers always compact in the
-    /// background.
+    /// Let sievedb compact in the background while it loads (the engine's
+    /// default). Off by default here: every 1,024 puts the loading thread
+    /// waits for the flushes of the memtables frozen so far (the engine's
+    /// flush thread writes them) and runs the compactions due itself, at
+    /// points that depend only on the puts, so with one thread a load
+    /// builds the same tree every time, and Bloom and Ribbon the same tree
+    /// (no filter can differ a little: filter bytes count toward level
+    /// sizes). With background compactions the tree depends on when they
+    /// ran: tables per level and tables per missing key differed between
+    /// the policies of one run. A fill's ops/s then include that work;
+    /// turn this on to measure writes with compactions beside them. Peers
+    /// always compact in the background.
     #[arg(long)]
     background_compaction: bool,
     /// sievedb's memtable size in KiB [default: the engine's, 4096].

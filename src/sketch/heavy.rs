@@ -143,8 +143,21 @@ impl HeavyHitters {
     /// item under `item`'s name.
     #[inline]
     pub fn observe_hash(&mut self, item: &[u8], hash: u64) {
-        self.observed += 1;
-        let outcome = self.sketch.add_hash_and_estimate(hash, 1);
+        self.observe_hash_n(item, hash, 1);
+    }
+
+    /// Records `n` occurrences of `item` at once (`key_hash(item)` =
+    /// `hash`), as `n` calls of [`observe_hash`](Self::observe_hash) would,
+    /// except that with aging they advance its clock by one call. The
+    /// engine uses it to hand on samples it had to drop: see
+    /// [`Db::hot_keys`](crate::Db::hot_keys). `n = 0` records nothing.
+    #[inline]
+    pub fn observe_hash_n(&mut self, item: &[u8], hash: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.observed = self.observed.saturating_add(n);
+        let outcome = self.sketch.add_hash_and_estimate(hash, n);
         if outcome.aged {
             for candidate in &mut self.candidates {
                 candidate.count /= 2;
