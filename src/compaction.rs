@@ -36,6 +36,7 @@
 //! next open deletes); after it, the new ones are. Input files are deleted
 //! when the last version that holds them is dropped.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -382,7 +383,10 @@ impl DbInner {
     /// Rewrites every table: each level is merged into the next down to the
     /// bottom ([`compact_all_bottom`](Self::compact_all_bottom): the deepest
     /// level holding data, or deeper if it could not hold it all), whose
-    /// tables are then rewritten in place. Every table holding a write from
+    /// tables from before the call are then rewritten in place (the merges'
+    /// outputs are not: they were just written, by the current policy,
+    /// without tombstones or hidden versions; rewriting them again doubled
+    /// the bytes a full compaction wrote). Every table holding a write from
     /// before the call afterwards has a filter built by the current policy
     /// (or, with `Options::last_level_filters` off, none: all are in the
     /// deepest level).
@@ -393,11 +397,22 @@ impl DbInner {
         // them holds data this call must move down.
         let before = self.visible_seq.load(Ordering::Acquire);
         self.flush()?;
+        // The tables that may need a rewrite at the bottom: the ones from
+        // before the call. Later ones (this call's merges, background
+        // compactions meanwhile) were built under the current options.
+        let older: HashSet<u64> = self
+            .current()
+            .version
+            .levels
+            .iter()
+            .flatten()
+            .map(|t| t.record.file_number)
+            .collect();
         let mut bottom = self.compact_all_bottom(1);
         let mut level = 0;
         loop {
             while level <= bottom {
-                self.compact_all_pass(level, bottom, before)?;
+                self.compact_all_pass(level, bottom, before, &older)?;
                 level += 1;
             }
             // Background compactions (running for concurrent writers) may
@@ -452,16 +467,29 @@ impl DbInner {
 
     /// One level of `compact_all`: moves the level's tables holding data
     /// from before the call (sequence numbers up to `before`) one level
-    /// down, or, at `bottom`, rewrites the tables present in place.
-    fn compact_all_pass(&self, level: usize, bottom: usize, before: u64) -> Result<()> {
+    /// down, or, at `bottom`, rewrites in place the tables present that
+    /// are in `older` (the tables from before the call).
+    fn compact_all_pass(
+        &self,
+        level: usize,
+        bottom: usize,
+        before: u64,
+        older: &HashSet<u64>,
+    ) -> Result<()> {
         // The tables present now; outputs of this pass get new file numbers
         // and are not rewritten again.
-        let targets: std::collections::HashSet<u64> = self
+        let targets: HashSet<u64> = self
             .current()
             .version
             .levels
             .get(level)
-            .map(|tables| tables.iter().map(|t| t.record.file_number).collect())
+            .map(|tables| {
+                tables
+                    .iter()
+                    .map(|t| t.record.file_number)
+                    .filter(|n| level != bottom || older.contains(n))
+                    .collect()
+            })
             .unwrap_or_default();
         loop {
             let pick = |db: &Self, _: &[Vec<u8>]| -> Option<CompactionJob> {
@@ -490,9 +518,10 @@ impl DbInner {
                 // take level-1 tables along); the old data is in those now.
                 // Each job moves such data down and nothing brings it back
                 // up, so this ends. At the bottom tables are rewritten in
-                // place, so there the targets are the tables present (each
-                // rewritten once; a background compaction's outputs have
-                // filters of the current policy already).
+                // place, so there the targets are the tables present that
+                // predate the call (each rewritten once; this call's and
+                // background compactions' outputs have filters of the
+                // current policy already).
                 let output = if level == bottom { level } else { level + 1 };
                 let first = tables.iter().find(|t| {
                     if level == bottom {
