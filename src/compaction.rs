@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 use crate::db::{counters_of, filter_policy_for_write, finish_table, table_options, DbInner};
 use crate::error::{Error, Result};
+use crate::filter::budget::FilterBudget;
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
 use crate::manifest::{TableRecord, VersionEdit};
@@ -399,20 +400,25 @@ impl DbInner {
         self.flush()?;
         // The tables that may need a rewrite at the bottom: the ones from
         // before the call. Later ones (this call's merges, background
-        // compactions meanwhile) were built under the current options.
-        let older: HashSet<u64> = self
-            .current()
-            .version
-            .levels
-            .iter()
-            .flatten()
-            .map(|t| t.record.file_number)
-            .collect();
+        // compactions meanwhile) were built under the current options, but
+        // under a Monkey budget for the shape their write left, with the
+        // upper levels not yet drained: there the whole bottom is rewritten
+        // for the one run it ends as (`None`; found by review).
+        let older: Option<HashSet<u64>> =
+            (self.opts.filter_budget == FilterBudget::Uniform).then(|| {
+                self.current()
+                    .version
+                    .levels
+                    .iter()
+                    .flatten()
+                    .map(|t| t.record.file_number)
+                    .collect()
+            });
         let mut bottom = self.compact_all_bottom(1);
         let mut level = 0;
         loop {
             while level <= bottom {
-                self.compact_all_pass(level, bottom, before, &older)?;
+                self.compact_all_pass(level, bottom, before, older.as_ref())?;
                 level += 1;
             }
             // Background compactions (running for concurrent writers) may
@@ -468,13 +474,14 @@ impl DbInner {
     /// One level of `compact_all`: moves the level's tables holding data
     /// from before the call (sequence numbers up to `before`) one level
     /// down, or, at `bottom`, rewrites in place the tables present that
-    /// are in `older` (the tables from before the call).
+    /// are in `older` (the tables from before the call; all of them when
+    /// `None`).
     fn compact_all_pass(
         &self,
         level: usize,
         bottom: usize,
         before: u64,
-        older: &HashSet<u64>,
+        older: Option<&HashSet<u64>>,
     ) -> Result<()> {
         // The tables present now; outputs of this pass get new file numbers
         // and are not rewritten again.
@@ -487,7 +494,7 @@ impl DbInner {
                 tables
                     .iter()
                     .map(|t| t.record.file_number)
-                    .filter(|n| level != bottom || older.contains(n))
+                    .filter(|n| level != bottom || older.is_none_or(|o| o.contains(n)))
                     .collect()
             })
             .unwrap_or_default();

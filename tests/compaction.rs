@@ -716,3 +716,42 @@ fn compact_all_writes_merged_data_into_the_bottom_once() {
         );
     }
 }
+
+/// Under a Monkey budget a table's filter is sized for the tree shape its
+/// write leaves, and while `compact_all` drains the upper levels into the
+/// bottom that shape still has several runs, so the bottom's filters would
+/// get less than the budget's average. `compact_all` ends with one run, so
+/// every table must end with the one-run size: the bottom is rewritten
+/// whole under Monkey (found by review of the single-write bottom).
+#[test]
+fn compact_all_under_monkey_leaves_every_table_at_the_one_run_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = small_options();
+    opts.background_compaction = false;
+    opts.filter_budget = sievedb::FilterBudget::Monkey;
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    let mut rng = Rng(12);
+    for _ in 0..8 {
+        for _ in 0..2_500 {
+            db.put(key(rng.below(1_000_000)), rng.bytes(100)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+    let levels: std::collections::BTreeSet<usize> = db.tables().iter().map(|t| t.level).collect();
+    assert!(levels.len() >= 2, "several runs before: {levels:?}");
+    db.compact_all().unwrap();
+    let tables = db.tables();
+    let bits: Vec<f64> = tables
+        .iter()
+        .map(|t| t.filter_bits_per_key.unwrap())
+        .collect();
+    let level = tables[0].level;
+    assert!(tables.iter().all(|t| t.level == level), "one level");
+    for b in &bits {
+        assert!(
+            (b - 10.0).abs() < 0.05,
+            "filter bits per key after compact_all: {bits:?}"
+        );
+    }
+}
