@@ -387,7 +387,9 @@ impl DbInner {
     /// tables from before the call are then rewritten in place (the merges'
     /// outputs are not: they were just written, by the current policy,
     /// without tombstones or hidden versions; rewriting them again doubled
-    /// the bytes a full compaction wrote). Every table holding a write from
+    /// the bytes a full compaction wrote; under a Monkey budget they are,
+    /// since their filters were sized for a shape with more runs). Every
+    /// table holding a write from
     /// before the call afterwards has a filter built by the current policy
     /// (or, with `Options::last_level_filters` off, none: all are in the
     /// deepest level).
