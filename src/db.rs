@@ -948,8 +948,7 @@ impl Db {
     /// The `k` most frequently read keys (by point reads; recent traffic
     /// weighted more: counts halve every 2^20 samples taken, 2^23 reads
     /// without contention, more when contention drops samples) with their
-    /// estimated
-    /// read counts, hottest first. Empty when `Options::track_hot_keys` is
+    /// estimated read counts, hottest first. Empty when `Options::track_hot_keys` is
     /// off. At most [`HOT_KEYS_TRACKED`] keys are reported (twice as many
     /// candidates are tracked).
     ///
