@@ -42,7 +42,6 @@ use std::sync::Arc;
 
 use crate::db::{counters_of, filter_policy_for_write, finish_table, table_options, DbInner};
 use crate::error::{Error, Result};
-use crate::filter::budget::FilterBudget;
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
 use crate::manifest::{TableRecord, VersionEdit};
@@ -61,6 +60,10 @@ pub(crate) struct CompactionJob {
     pub(crate) inputs: Vec<Arc<TableHandle>>,
     /// Input tables from `output_level` that overlap them.
     pub(crate) overlaps: Vec<Arc<TableHandle>>,
+    /// A `compact_all` merge into its bottom level, where the tree ends as
+    /// one run: a Monkey budget sizes the outputs' filters for that run,
+    /// not for the shape the write leaves (upper levels not yet drained).
+    pub(crate) into_final_run: bool,
 }
 
 /// Compaction score of every level but the last.
@@ -227,6 +230,7 @@ impl DbInner {
             output_level,
             inputs,
             overlaps,
+            into_final_run: false,
         }
     }
 
@@ -387,8 +391,8 @@ impl DbInner {
     /// tables from before the call are then rewritten in place (the merges'
     /// outputs are not: they were just written, by the current policy,
     /// without tombstones or hidden versions; rewriting them again doubled
-    /// the bytes a full compaction wrote; under a Monkey budget they are,
-    /// since their filters were sized for a shape with more runs). Every
+    /// the bytes a full compaction wrote; under a Monkey budget their
+    /// filters are sized for the one run the tree ends as). Every
     /// table holding a write from
     /// before the call afterwards has a filter built by the current policy
     /// (or, with `Options::last_level_filters` off, none: all are in the
@@ -402,25 +406,24 @@ impl DbInner {
         self.flush()?;
         // The tables that may need a rewrite at the bottom: the ones from
         // before the call. Later ones (this call's merges, background
-        // compactions meanwhile) were built under the current options, but
-        // under a Monkey budget for the shape their write left, with the
-        // upper levels not yet drained: there the whole bottom is rewritten
-        // for the one run it ends as (`None`; found by review).
-        let older: Option<HashSet<u64>> =
-            (self.opts.filter_budget == FilterBudget::Uniform).then(|| {
-                self.current()
-                    .version
-                    .levels
-                    .iter()
-                    .flatten()
-                    .map(|t| t.record.file_number)
-                    .collect()
-            });
+        // compactions meanwhile) were built under the current options; this
+        // call's merges into the bottom size Monkey filters for the one run
+        // the tree ends as (`CompactionJob::into_final_run`; sized for the
+        // shape each write left, half the bottom kept filters of 9.6 bits
+        // per key instead of 10: found by review).
+        let older: HashSet<u64> = self
+            .current()
+            .version
+            .levels
+            .iter()
+            .flatten()
+            .map(|t| t.record.file_number)
+            .collect();
         let mut bottom = self.compact_all_bottom(1);
         let mut level = 0;
         loop {
             while level <= bottom {
-                self.compact_all_pass(level, bottom, before, older.as_ref())?;
+                self.compact_all_pass(level, bottom, before, &older)?;
                 level += 1;
             }
             // Background compactions (running for concurrent writers) may
@@ -476,14 +479,13 @@ impl DbInner {
     /// One level of `compact_all`: moves the level's tables holding data
     /// from before the call (sequence numbers up to `before`) one level
     /// down, or, at `bottom`, rewrites in place the tables present that
-    /// are in `older` (the tables from before the call; all of them when
-    /// `None`).
+    /// are in `older` (the tables from before the call).
     fn compact_all_pass(
         &self,
         level: usize,
         bottom: usize,
         before: u64,
-        older: Option<&HashSet<u64>>,
+        older: &HashSet<u64>,
     ) -> Result<()> {
         // The tables present now; outputs of this pass get new file numbers
         // and are not rewritten again.
@@ -496,7 +498,7 @@ impl DbInner {
                 tables
                     .iter()
                     .map(|t| t.record.file_number)
-                    .filter(|n| level != bottom || older.is_none_or(|o| o.contains(n)))
+                    .filter(|n| level != bottom || older.contains(n))
                     .collect()
             })
             .unwrap_or_default();
@@ -518,7 +520,9 @@ impl DbInner {
                     if present.is_empty() {
                         return None;
                     }
-                    return Some(db.job_for(&version, 0, 1, present));
+                    let mut job = db.job_for(&version, 0, 1, present);
+                    job.into_final_run = bottom == 1;
+                    return Some(job);
                 }
                 // Above the bottom: every table holding data from before
                 // the call, not only the ones present when the pass began.
@@ -528,9 +532,10 @@ impl DbInner {
                 // Each job moves such data down and nothing brings it back
                 // up, so this ends. At the bottom tables are rewritten in
                 // place, so there the targets are the tables present that
-                // predate the call (each rewritten once; this call's and
-                // background compactions' outputs have filters of the
-                // current policy already).
+                // predate the call (each rewritten once; this call's
+                // outputs there have the filters of the current policy and
+                // the final run already, background compactions' outputs
+                // the current policy's).
                 let output = if level == bottom { level } else { level + 1 };
                 let first = tables.iter().find(|t| {
                     if level == bottom {
@@ -539,7 +544,9 @@ impl DbInner {
                         t.record.smallest_seq <= before
                     }
                 })?;
-                Some(db.job_for(&version, level, output, vec![Arc::clone(first)]))
+                let mut job = db.job_for(&version, level, output, vec![Arc::clone(first)]);
+                job.into_final_run = output == bottom;
+                Some(job)
             };
             match self.claim(pick)? {
                 Some(job) => self.run_claimed(job)?,
@@ -564,13 +571,23 @@ impl DbInner {
         let deeper_levels = &version.levels[job.output_level + 1..];
         let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
 
-        let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
+        let mut consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
         // An upper bound: keys (and prefixes) in several inputs count once
         // per input.
         let written = all_inputs
             .iter()
             .map(|t| t.table.filter_entries())
             .fold(0u64, u64::saturating_add);
+        if job.into_final_run {
+            // Sized as if every table above had been merged in already,
+            // which is where `compact_all` is going: one run at this level.
+            consumed.extend(
+                version.levels[..job.output_level]
+                    .iter()
+                    .flatten()
+                    .map(|t| t.record.file_number),
+            );
+        }
         let filter_policy =
             filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();

@@ -888,9 +888,8 @@ impl Db {
     /// (also when a background compaction has merged it into new tables
     /// meanwhile) and rewrites in place the deepest level's tables that
     /// predate the call (the tables the merges into it just wrote are
-    /// already built by the current policy, and are written once; under
-    /// [`FilterBudget::Monkey`] all of them, since a merge sized its
-    /// filters for a shape with more runs than the one it ends with):
+    /// already built by the current policy, under [`FilterBudget::Monkey`]
+    /// for the one run the tree ends as, and are written once):
     /// every such write ends in one level, the deepest that held data when
     /// the call began, or the first level below it whose target size holds
     /// all the data (a level over its target would have a background
