@@ -40,7 +40,10 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::db::{counters_of, filter_policy_for_write, finish_table, table_options, DbInner};
+use crate::db::{
+    counters_of, filter_policy_for_final_run, filter_policy_for_write, finish_table, table_options,
+    DbInner,
+};
 use crate::error::{Error, Result};
 use crate::iter::InternalIterator;
 use crate::key::{decode_internal_key, ValueKind};
@@ -61,8 +64,11 @@ pub(crate) struct CompactionJob {
     /// Input tables from `output_level` that overlap them.
     pub(crate) overlaps: Vec<Arc<TableHandle>>,
     /// A `compact_all` merge into its bottom level, where the tree ends as
-    /// one run: a Monkey budget sizes the outputs' filters for that run,
-    /// not for the shape the write leaves (upper levels not yet drained).
+    /// one run: a Monkey budget sizes the outputs' filters for that run
+    /// ([`filter_policy_for_final_run`]), not for the shape the write
+    /// leaves (upper levels not yet drained). Not by passing every upper
+    /// table as consumed: the shape's computation tests membership in that
+    /// list for every table, quadratic in a large tree.
     pub(crate) into_final_run: bool,
 }
 
@@ -571,25 +577,19 @@ impl DbInner {
         let deeper_levels = &version.levels[job.output_level + 1..];
         let bytes_read: u64 = all_inputs.iter().map(|t| t.record.file_size).sum();
 
-        let mut consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
+        let consumed: Vec<u64> = all_inputs.iter().map(|t| t.record.file_number).collect();
         // An upper bound: keys (and prefixes) in several inputs count once
         // per input.
         let written = all_inputs
             .iter()
             .map(|t| t.table.filter_entries())
             .fold(0u64, u64::saturating_add);
-        if job.into_final_run {
-            // Sized as if every table above had been merged in already,
-            // which is where `compact_all` is going: one run at this level.
-            consumed.extend(
-                version.levels[..job.output_level]
-                    .iter()
-                    .flatten()
-                    .map(|t| t.record.file_number),
-            );
-        }
-        let filter_policy =
-            filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written);
+        let filter_policy = if job.into_final_run {
+            // `compact_all` is moving everything into this level.
+            filter_policy_for_final_run(&self.opts, &version, job.output_level)
+        } else {
+            filter_policy_for_write(&self.opts, &version, &consumed, job.output_level, written)
+        };
         let mut outputs: Vec<Arc<TableHandle>> = Vec::new();
         let mut builder: Option<(u64, TableBuilder)> = None;
         let mut last_user: Option<Vec<u8>> = None;

@@ -1360,6 +1360,20 @@ pub(crate) fn filter_policy_for_write(
     policy_for_run(&opts.filter_policy, opts.filter_budget, &runs, run)
 }
 
+/// As [`filter_policy_for_write`] for a write into the one run the tree
+/// will be once the write's caller (`compact_all`) has moved everything
+/// into `level`: a Monkey budget gives a lone run its average.
+pub(crate) fn filter_policy_for_final_run(
+    opts: &Options,
+    version: &Version,
+    level: usize,
+) -> Arc<dyn FilterPolicy> {
+    if !opts.last_level_filters && level > 0 && !version.holds_data_below(level) {
+        return Arc::new(NoFilter);
+    }
+    policy_for_run(&opts.filter_policy, opts.filter_budget, &[1], 0)
+}
+
 /// Stores the HyperLogLog of the table's distinct user keys in its
 /// properties (from the key hashes the builder already computed for the
 /// filter: no key is hashed twice), then finishes the table.
