@@ -275,16 +275,18 @@ impl DbInner {
     /// (`wait_for_compactions`, `compact`) could return while the files
     /// were still on disk (a review counted them right after the call in
     /// 575 of 3,000 rounds).
-    fn run_claimed(&self, job: CompactionJob) -> Result<()> {
-        let failed = match self.run_background("compaction", || self.run_compaction(&job)) {
-            Some(Ok(())) => None,
-            Some(Err(e)) => {
-                self.set_poison(&e);
-                Some(e.to_string())
-            }
-            // `run_background` poisoned the database with the panic.
-            None => Some(self.poison_reason()),
-        };
+    /// Returns the file numbers of the tables it wrote.
+    fn run_claimed(&self, job: CompactionJob) -> Result<Vec<u64>> {
+        let (outputs, failed) =
+            match self.run_background("compaction", || self.run_compaction(&job)) {
+                Some(Ok(outputs)) => (outputs, None),
+                Some(Err(e)) => {
+                    self.set_poison(&e);
+                    (Vec::new(), Some(e.to_string()))
+                }
+                // `run_background` poisoned the database with the panic.
+                None => (Vec::new(), Some(self.poison_reason())),
+            };
         drop(job);
         let mut bg = self.bg.lock();
         bg.compacting = false;
@@ -293,7 +295,7 @@ impl DbInner {
         drop(bg);
         match failed {
             Some(why) => Err(Error::Poisoned(why)),
-            None => Ok(()),
+            None => Ok(outputs),
         }
     }
 
@@ -394,12 +396,11 @@ impl DbInner {
     /// Rewrites every table: each level is merged into the next down to the
     /// bottom ([`compact_all_bottom`](Self::compact_all_bottom): the deepest
     /// level holding data, or deeper if it could not hold it all), whose
-    /// tables from before the call are then rewritten in place (the merges'
-    /// outputs are not: they were just written, by the current policy,
-    /// without tombstones or hidden versions; rewriting them again doubled
-    /// the bytes a full compaction wrote; under a Monkey budget their
-    /// filters are sized for the one run the tree ends as). Every
-    /// table holding a write from
+    /// other tables are then rewritten in place (this call's merges into
+    /// it are not: they were just written, by the current policy, without
+    /// tombstones or hidden versions, under a Monkey budget sized for the
+    /// one run the tree ends as; rewriting them again doubled the bytes a
+    /// full compaction wrote). Every table holding a write from
     /// before the call afterwards has a filter built by the current policy
     /// (or, with `Options::last_level_filters` off, none: all are in the
     /// deepest level).
@@ -410,26 +411,19 @@ impl DbInner {
         // them holds data this call must move down.
         let before = self.visible_seq.load(Ordering::Acquire);
         self.flush()?;
-        // The tables that may need a rewrite at the bottom: the ones from
-        // before the call. Later ones (this call's merges, background
-        // compactions meanwhile) were built under the current options; this
-        // call's merges into the bottom size Monkey filters for the one run
-        // the tree ends as (`CompactionJob::into_final_run`; sized for the
-        // shape each write left, half the bottom kept filters of 9.6 bits
-        // per key instead of 10: found by review).
-        let older: HashSet<u64> = self
-            .current()
-            .version
-            .levels
-            .iter()
-            .flatten()
-            .map(|t| t.record.file_number)
-            .collect();
+        // The tables this call's merges wrote into the bottom: built by
+        // the current policy, sized for the one run the tree ends as, with
+        // no tombstones or hidden versions. The bottom's other tables are
+        // rewritten in place (rewriting these too wrote the merged data
+        // twice; keeping only the tables from before the call missed the
+        // ones background compactions wrote there meanwhile, sized by a
+        // Monkey budget for a shape with more runs: found by review).
+        let mut final_outputs: HashSet<u64> = HashSet::new();
         let mut bottom = self.compact_all_bottom(1);
         let mut level = 0;
         loop {
             while level <= bottom {
-                self.compact_all_pass(level, bottom, before, &older)?;
+                self.compact_all_pass(level, bottom, before, &mut final_outputs)?;
                 level += 1;
             }
             // Background compactions (running for concurrent writers) may
@@ -484,14 +478,15 @@ impl DbInner {
 
     /// One level of `compact_all`: moves the level's tables holding data
     /// from before the call (sequence numbers up to `before`) one level
-    /// down, or, at `bottom`, rewrites in place the tables present that
-    /// are in `older` (the tables from before the call).
+    /// down, or, at `bottom`, rewrites in place the tables present but for
+    /// `final_outputs`; adds the tables its jobs write into `bottom` to
+    /// `final_outputs`.
     fn compact_all_pass(
         &self,
         level: usize,
         bottom: usize,
         before: u64,
-        older: &HashSet<u64>,
+        final_outputs: &mut HashSet<u64>,
     ) -> Result<()> {
         // The tables present now; outputs of this pass get new file numbers
         // and are not rewritten again.
@@ -504,7 +499,7 @@ impl DbInner {
                 tables
                     .iter()
                     .map(|t| t.record.file_number)
-                    .filter(|n| level != bottom || older.contains(n))
+                    .filter(|n| level != bottom || !final_outputs.contains(n))
                     .collect()
             })
             .unwrap_or_default();
@@ -537,11 +532,9 @@ impl DbInner {
                 // take level-1 tables along); the old data is in those now.
                 // Each job moves such data down and nothing brings it back
                 // up, so this ends. At the bottom tables are rewritten in
-                // place, so there the targets are the tables present that
-                // predate the call (each rewritten once; this call's
-                // outputs there have the filters of the current policy and
-                // the final run already, background compactions' outputs
-                // the current policy's).
+                // place, so there the targets are the tables present but
+                // for this call's outputs into the bottom (each rewritten
+                // once).
                 let output = if level == bottom { level } else { level + 1 };
                 let first = tables.iter().find(|t| {
                     if level == bottom {
@@ -555,14 +548,21 @@ impl DbInner {
                 Some(job)
             };
             match self.claim(pick)? {
-                Some(job) => self.run_claimed(job)?,
+                Some(job) => {
+                    let into_bottom = job.into_final_run;
+                    let outputs = self.run_claimed(job)?;
+                    if into_bottom {
+                        final_outputs.extend(outputs);
+                    }
+                }
                 None => return Ok(()),
             }
         }
     }
 
-    /// Merges a job's inputs into new tables and installs them.
-    pub(crate) fn run_compaction(&self, job: &CompactionJob) -> Result<()> {
+    /// Merges a job's inputs into new tables and installs them; returns
+    /// their file numbers.
+    pub(crate) fn run_compaction(&self, job: &CompactionJob) -> Result<Vec<u64>> {
         let all_inputs: Vec<&Arc<TableHandle>> =
             job.inputs.iter().chain(job.overlaps.iter()).collect();
         let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
@@ -727,7 +727,7 @@ impl DbInner {
         self.engine
             .compaction_bytes_written
             .fetch_add(bytes_written, Ordering::Relaxed);
-        Ok(())
+        Ok(outputs.iter().map(|t| t.record.file_number).collect())
     }
 
     fn finish_output(

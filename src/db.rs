@@ -886,10 +886,10 @@ impl Db {
     /// It first flushes the memtables, as [`flush`](Self::flush) does, then
     /// moves down every table holding a write acknowledged before the call
     /// (also when a background compaction has merged it into new tables
-    /// meanwhile) and rewrites in place the deepest level's tables that
-    /// predate the call (the tables the merges into it just wrote are
-    /// already built by the current policy, under [`FilterBudget::Monkey`]
-    /// for the one run the tree ends as, and are written once):
+    /// meanwhile) and rewrites in place the deepest level's other tables
+    /// (the tables this call's merges into it just wrote are already built
+    /// by the current policy, under [`FilterBudget::Monkey`] for the one run
+    /// the tree ends as, and are written once):
     /// every such write ends in one level, the deepest that held data when
     /// the call began, or the first level below it whose target size holds
     /// all the data (a level over its target would have a background
