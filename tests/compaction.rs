@@ -667,6 +667,19 @@ fn compact_all_ends_in_one_level_when_the_rewrite_outgrows_its_bottom() {
     }
 }
 
+/// Rounds of random keys, each compacted: levels 1 and 2 then overlap
+/// (one round alone leaves them disjoint, moved down without a merge).
+fn fill_overlapping_levels(db: &Db, seed: u64) {
+    let mut rng = Rng(seed);
+    for _ in 0..8 {
+        for _ in 0..2_500 {
+            db.put(key(rng.below(1_000_000)), rng.bytes(100)).unwrap();
+        }
+        db.flush().unwrap();
+        db.compact().unwrap();
+    }
+}
+
 /// `compact_all` writes the data it merges into the bottom level once: the
 /// merges' outputs are built by the current policy and hold no tombstones
 /// or hidden versions, so they are not rewritten in place afterwards (which
@@ -680,16 +693,7 @@ fn compact_all_writes_merged_data_into_the_bottom_once() {
     let mut opts = small_options();
     opts.background_compaction = false;
     let db = Db::open(dir.path(), opts.clone()).unwrap();
-    let mut rng = Rng(11);
-    // Rounds of random keys, each compacted: levels 1 and 2 then overlap
-    // (one round alone leaves them disjoint, moved down without a merge).
-    for _ in 0..8 {
-        for _ in 0..2_500 {
-            db.put(key(rng.below(1_000_000)), rng.bytes(100)).unwrap();
-        }
-        db.flush().unwrap();
-        db.compact().unwrap();
-    }
+    fill_overlapping_levels(&db, 11);
     let levels = |db: &Db| {
         let mut per_level = vec![0u64; opts.num_levels];
         for t in db.tables() {
@@ -743,14 +747,7 @@ fn compact_all_under_monkey_leaves_every_table_at_the_one_run_budget() {
     opts.background_compaction = false;
     opts.filter_budget = sievedb::FilterBudget::Monkey;
     let db = Db::open(dir.path(), opts.clone()).unwrap();
-    let mut rng = Rng(12);
-    for _ in 0..8 {
-        for _ in 0..2_500 {
-            db.put(key(rng.below(1_000_000)), rng.bytes(100)).unwrap();
-        }
-        db.flush().unwrap();
-        db.compact().unwrap();
-    }
+    fill_overlapping_levels(&db, 12);
     let levels: std::collections::BTreeSet<usize> = db.tables().iter().map(|t| t.level).collect();
     assert!(levels.len() >= 2, "several runs before: {levels:?}");
     let written_before = db.stats().compaction_bytes_written;
