@@ -1453,15 +1453,19 @@ fn run_with(
     tweak: impl Fn(&mut Options),
 ) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = Options::default();
-    opts.background_compaction = false;
-    opts.block_bytes = 512;
-    opts.restart_interval = 4;
-    opts.compression = compression;
-    opts.prefix_filter_len = prefix;
-    opts.table_bytes = 8 * 1024;
-    tweak(&mut opts);
-    let db = Db::open(dir.path(), opts).unwrap();
+    // The same options for the first open and the reopen.
+    let options = || {
+        let mut opts = Options::default();
+        opts.background_compaction = false;
+        opts.block_bytes = 512;
+        opts.restart_interval = 4;
+        opts.compression = compression;
+        opts.prefix_filter_len = prefix;
+        opts.table_bytes = 8 * 1024;
+        tweak(&mut opts);
+        opts
+    };
+    let db = Db::open(dir.path(), options()).unwrap();
     let mut h = Harness {
         db: Some(db),
         dir: dir.path().to_path_buf(),
@@ -1527,15 +1531,7 @@ fn run_with(
     }
     h.check_tables(expect_version, false);
     // Reopen reads what we read.
-    let mut opts = Options::default();
-    opts.background_compaction = false;
-    opts.block_bytes = 512;
-    opts.restart_interval = 4;
-    opts.compression = compression;
-    opts.prefix_filter_len = prefix;
-    opts.table_bytes = 8 * 1024;
-    tweak(&mut opts);
-    let db = Db::open(dir.path(), opts).unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
     let mut live: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for (_, k, key, v) in &h.all {
         if *k == 1 {
