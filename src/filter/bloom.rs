@@ -438,9 +438,6 @@ struct EightLanes([u32; 8]);
 /// Parameters of a blocked Bloom filter read from its trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BloomLayout {
-    /// `num_lines` as a `u64`, for the inline query's 64-bit multiply
-    /// ([`shapes8_avx512`]).
-    num_lines_wide: u64,
     num_lines: u32,
     probes: u32,
     /// How the probes of a key are drawn (from the format id).
@@ -490,7 +487,6 @@ impl BloomLayout {
             return None;
         }
         let layout = BloomLayout {
-            num_lines_wide: num_lines as u64,
             num_lines,
             probes,
             scheme,
@@ -515,7 +511,6 @@ impl BloomLayout {
     /// decoded filters of other kinds, which carry one they never read.
     pub(crate) fn empty() -> BloomLayout {
         BloomLayout {
-            num_lines_wide: 0,
             num_lines: 0,
             probes: 1,
             scheme: ProbeScheme::Shapes,
@@ -1079,200 +1074,38 @@ impl Query {
 }
 
 /// Runs the query [`BloomLayout::queries_shapes8_avx512`] names on a decoded
-/// filter, as inline assembly that inlines into the caller:
-/// [`Filter::may_contain`](super::Filter::may_contain) is `#[inline]`, so
-/// a loop of queries (a table's `multi_get`, a benchmark) runs this code
-/// in its own body with the loop-invariant addresses kept in registers.
-///
-/// Why assembly: the same instructions in a `#[target_feature]` function
-/// ([`avx512::may_contain_shapes`], which answers the other callers) can
-/// never be inlined into a caller compiled without AVX-512, so every query
-/// was a call, a return and the call's register traffic. Assembly text
-/// needs no target feature of the function it lands in. Measured against
-/// the call (`cargo run --release --example filter_race -- 1000000 150`,
-/// alternating binaries, 1,000,000 keys): Bloom / sbbf-rs-safe query
-/// 0.86x-0.96x against 0.94x-1.22x (docs/filters.md, "Thirty-third
-/// session").
-///
-/// The steps are those of [`avx512::may_contain_shapes`] with `NARROW`,
-/// and give its answer (the tests compare every path on the same keys),
-/// except the line's offset: one 64-bit `imul` of the hash's low half by
-/// `num_lines_wide` (the line count as a `u64`), a shift and a mask, in
-/// place of the 32-bit `mul` (three micro-ops on Intel cores) and a shift.
-/// The result is `fastrange32(hash, num_lines) x 64` either way.
-///
-/// Registers: it writes `zmm0`-`zmm2` and ends with `vzeroupper`, which
-/// clears the upper bits of `zmm0`-`zmm15`, so all sixteen are declared
-/// clobbered: a caller compiled with AVX keeps no vector across it, and a
-/// caller without AVX (whose SSE code would otherwise pay for dirty upper
-/// halves) finds them clean. No mask register and none of `zmm16`-`zmm31`
-/// is touched.
+/// filter: a direct call, which [`Filter::may_contain`](super::Filter::may_contain)
+/// makes instead of calling through its function pointer (the indirect call
+/// measured up to 0.4 ns slower per query, docs/filters.md).
 ///
 /// # Safety
 ///
 /// `filter`'s layout must query with this function
-/// (`queries_shapes8_avx512`), which also says the CPU runs it (AVX-512 F
-/// and VL, BMI2: the same features as [`avx512::may_contain_shapes`]).
+/// (`queries_shapes8_avx512`), which also says the CPU runs it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn shapes8_avx512(filter: &super::Filter, key_hash: u64) -> bool {
-    let layout = filter.layout();
-    debug_assert!(layout.queries_shapes8_avx512());
-    debug_assert_eq!(layout.num_lines_wide, u64::from(layout.num_lines));
-    let hit: u8;
-    // SAFETY: the caller's contract says the CPU has every feature these
-    // instructions need (`vpbroadcastd` from a general register, `vpermd`
-    // on 512 bits and `vprolvd` on 256 are AVX-512 F and VL, `rorx` BMI2,
-    // the rest AVX2) and that the layout is a parsed format 0x07 layout
-    // with at most 8 probes and at least one line, whose bytes `Filter`'s
-    // `BloomLines` contract says are `lines()` (`num_lines x 64` of them,
-    // and more). Reads: `num_lines_wide` and `first_lane_ones` of the live
-    // `layout`; 32 bytes of `SHAPES_8` at `hash & SHAPE_OFFSET_MASK_8`, at
-    // most `127 x 32`, one of its 128 entries; and the 64 bytes of line
-    // `(low32(hash) x num_lines) >> 32 < num_lines`, whose offset the
-    // `imul`, `shr` and `and` compute without overflow (a 32-bit value
-    // times a 32-bit count fits in 64 bits). Writes only the declared
-    // registers and flags; no stack, no memory.
-    unsafe {
-        std::arch::asm!(
-            "rorx {state}, {hash}, 32",
-            "or {state:e}, 1",
-            "mov {line:e}, {hash:e}",
-            "imul {line}, qword ptr [{layout} + {num_lines}]",
-            "shr {line}, 26",
-            "and {line}, -64",
-            "and {hash:e}, {shape_mask}",
-            "vpbroadcastd ymm0, {state:e}",
-            "vpmulld ymm0, ymm0, ymmword ptr [{shapes} + {hash}]",
-            "vpsrld ymm1, ymm0, 28",
-            "vpermd zmm1, zmm1, zmmword ptr [{lines} + {line}]",
-            "vpsrld ymm0, ymm0, 23",
-            "vmovdqu ymm2, ymmword ptr [{layout} + {ones}]",
-            "vprolvd ymm0, ymm2, ymm0",
-            "vptest ymm1, ymm0",
-            "setb {hit}",
-            "vzeroupper",
-            hash = inout(reg) key_hash => _,
-            layout = in(reg) layout,
-            lines = in(reg) filter.lines(),
-            shapes = in(reg) SHAPES_8.0.as_ptr(),
-            num_lines = const std::mem::offset_of!(BloomLayout, num_lines_wide),
-            ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
-            shape_mask = const SHAPE_OFFSET_MASK_8,
-            state = out(reg) _,
-            line = out(reg) _,
-            hit = out(reg_byte) hit,
-            out("zmm0") _,
-            out("zmm1") _,
-            out("zmm2") _,
-            out("zmm3") _,
-            out("zmm4") _,
-            out("zmm5") _,
-            out("zmm6") _,
-            out("zmm7") _,
-            out("zmm8") _,
-            out("zmm9") _,
-            out("zmm10") _,
-            out("zmm11") _,
-            out("zmm12") _,
-            out("zmm13") _,
-            out("zmm14") _,
-            out("zmm15") _,
-            options(pure, readonly, nostack),
-        );
-    }
-    hit != 0
+    // SAFETY: the caller's: this is the filter's own query function, and
+    // `Filter`'s `BloomLines` contract holds.
+    unsafe { avx512::may_contain_shapes::<super::Filter, true>(filter, key_hash) }
 }
 
 /// Runs the query [`BloomLayout::queries_shapes_avx2`] names on a decoded
-/// filter (CPUs with AVX2 but not AVX-512), as inline assembly that
-/// inlines into the caller, for the reason [`shapes8_avx512`] gives.
-///
-/// The steps are those of [`avx2::may_contain_shapes`], which answers the
-/// other callers and whose answer this gives (the tests compare every
-/// path on the same keys); the line's offset is computed as in
-/// [`shapes8_avx512`]. Measured on an AVX-512 machine with the AVX2 path
-/// forced, against the direct call (docs/filters.md, "Thirty-third
-/// session").
-///
-/// Registers: it writes `ymm0`-`ymm3` and ends with `vzeroupper`, so
-/// `ymm0`-`ymm15` are declared clobbered (see [`shapes8_avx512`]). Only
-/// AVX and AVX2 instructions: no BMI2, which AVX2 does not imply.
+/// filter: the direct call [`Filter::may_contain`](super::Filter::may_contain)
+/// makes on CPUs with AVX2 but not AVX-512, as [`shapes8_avx512`] on those
+/// with it (measured on AMD Zen: Bloom / sbbf-rs-safe query 1.32x against
+/// 1.335x through the function pointer, three pairs; docs/filters.md).
 ///
 /// # Safety
 ///
 /// `filter`'s layout must query with this function
-/// (`queries_shapes_avx2`), which also says the CPU runs it (AVX2).
+/// (`queries_shapes_avx2`), which also says the CPU runs it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn shapes_avx2(filter: &super::Filter, key_hash: u64) -> bool {
-    let layout = filter.layout();
-    debug_assert!(layout.queries_shapes_avx2());
-    debug_assert_eq!(layout.num_lines_wide, u64::from(layout.num_lines));
-    let hit: u8;
-    // SAFETY: the caller's contract says the CPU has AVX2 and that the
-    // layout is a parsed format 0x07 layout with at most 8 probes and at
-    // least one line, whose bytes `Filter`'s `BloomLines` contract says
-    // are `lines()`. Reads: as in `shapes8_avx512` (`num_lines_wide`,
-    // `first_lane_ones`, one `SHAPES_8` entry, the key's line, here as
-    // two 32-byte halves). Writes only the declared registers and flags.
-    unsafe {
-        std::arch::asm!(
-            "mov {state}, {hash}",
-            "shr {state}, 32",
-            "or {state:e}, 1",
-            "mov {line:e}, {hash:e}",
-            "imul {line}, qword ptr [{layout} + {num_lines}]",
-            "shr {line}, 26",
-            "and {line}, -64",
-            "and {hash:e}, {shape_mask}",
-            "vmovd xmm0, {state:e}",
-            "vpbroadcastd ymm0, xmm0",
-            "vpmulld ymm0, ymm0, ymmword ptr [{shapes} + {hash}]",
-            // Word index: bits 28..31 of each lane; `vpermd` reads bits
-            // 28..30 (the word in a half), `vblendvps` bit 31 (the half).
-            "vpsrld ymm1, ymm0, 28",
-            "vpermd ymm2, ymm1, ymmword ptr [{lines} + {line}]",
-            "vpermd ymm1, ymm1, ymmword ptr [{lines} + {line} + 32]",
-            "vblendvps ymm1, ymm2, ymm1, ymm0",
-            // Bit in the word: bits 23..27.
-            "vpslld ymm0, ymm0, 4",
-            "vpsrld ymm0, ymm0, 27",
-            "vmovdqu ymm3, ymmword ptr [{layout} + {ones}]",
-            "vpsllvd ymm0, ymm3, ymm0",
-            "vptest ymm1, ymm0",
-            "setb {hit}",
-            "vzeroupper",
-            hash = inout(reg) key_hash => _,
-            layout = in(reg) layout,
-            lines = in(reg) filter.lines(),
-            shapes = in(reg) SHAPES_8.0.as_ptr(),
-            num_lines = const std::mem::offset_of!(BloomLayout, num_lines_wide),
-            ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
-            shape_mask = const SHAPE_OFFSET_MASK_8,
-            state = out(reg) _,
-            line = out(reg) _,
-            hit = out(reg_byte) hit,
-            out("ymm0") _,
-            out("ymm1") _,
-            out("ymm2") _,
-            out("ymm3") _,
-            out("ymm4") _,
-            out("ymm5") _,
-            out("ymm6") _,
-            out("ymm7") _,
-            out("ymm8") _,
-            out("ymm9") _,
-            out("ymm10") _,
-            out("ymm11") _,
-            out("ymm12") _,
-            out("ymm13") _,
-            out("ymm14") _,
-            out("ymm15") _,
-            options(pure, readonly, nostack),
-        );
-    }
-    hit != 0
+    // SAFETY: the caller's: this is the filter's own query function, and
+    // `Filter`'s `BloomLines` contract holds.
+    unsafe { avx2::may_contain_shapes::<super::Filter>(filter, key_hash) }
 }
 
 /// The query of a filter built from no keys: nothing is in it.
@@ -2435,10 +2268,11 @@ mod tests {
         }
     }
 
-    /// The decoded filter's query on every path this CPU runs (inline
-    /// assembly on AVX-512 and on AVX2) over line counts whose line index
-    /// needs the high bits of the 64-bit product, odd and even, small and
-    /// large: the reference's answer for every hash, members included.
+    /// The decoded filter's query on every path this CPU runs (the direct
+    /// calls of `Filter::may_contain` on AVX-512 and AVX2, the function
+    /// pointer on the others) over line counts small and large, odd and
+    /// even, whose line index needs the high half of the 32 x 32-bit
+    /// product: the reference's answer for every hash, members included.
     #[test]
     fn decoded_query_answers_like_the_reference_at_many_line_counts() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -2469,67 +2303,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// The inline queries declare every vector register they touch (and
-    /// `vzeroupper` touches the upper halves of sixteen) clobbered: a
-    /// caller compiled with AVX2 that keeps twelve 256-bit accumulators
-    /// live across each query ends with the same accumulators as without
-    /// the queries, on every path. Without the declarations the compiler
-    /// is free to leave accumulators in `ymm0`-`ymm15` across the query,
-    /// which rewrites or halves them.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn inline_queries_keep_the_callers_vector_registers() {
-        if !std::arch::is_x86_feature_detected!("avx2") {
-            return;
-        }
-        let hashes: Vec<u64> = (0..5_000u64)
-            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 29))
-            .collect();
-        let bytes = build_lines(&hashes[..2_000], 40, 7);
-        for path in QueryPath::available() {
-            let filter = crate::filter::Filter::decode(&bytes)
-                .with_bloom_path(path.name())
-                .expect("a path this CPU runs");
-            // SAFETY: the CPU has AVX2 (checked above).
-            let (with, hits) = unsafe { accumulate(&filter, &hashes, true) };
-            // SAFETY: as above.
-            let (without, _) = unsafe { accumulate(&filter, &hashes, false) };
-            assert_eq!(with, without, "{path:?}");
-            assert!((2_000..5_000).contains(&hits), "{path:?}: {hits}");
-        }
-    }
-
-    /// Twelve 256-bit sums of `hashes`, each lane with its own offset,
-    /// with a query of `filter` between the additions when `query`; and
-    /// the number of hits.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn accumulate(
-        filter: &crate::filter::Filter,
-        hashes: &[u64],
-        query: bool,
-    ) -> (Vec<u64>, usize) {
-        use std::arch::x86_64::*;
-        let mut acc: [__m256i; 12] =
-            std::array::from_fn(|i| _mm256_set1_epi64x(i as i64 * 0x0101_0101));
-        let mut hits = 0;
-        for &h in hashes {
-            if query {
-                hits += usize::from(filter.may_contain(std::hint::black_box(h)));
-            }
-            for (i, a) in acc.iter_mut().enumerate() {
-                let lane = _mm256_set_epi64x(h as i64, (h >> 1) as i64, (h >> 2) as i64, i as i64);
-                *a = _mm256_add_epi64(_mm256_xor_si256(*a, lane), lane);
-            }
-        }
-        let mut out = vec![0u64; 48];
-        for (i, a) in acc.iter().enumerate() {
-            // SAFETY: `out` holds 48 u64: 4 per accumulator.
-            unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(4 * i).cast(), *a) };
-        }
-        (out, hits)
     }
 
     /// The states with the fewest distinct values among their first sixteen

@@ -593,10 +593,8 @@ impl Filter {
     #[inline]
     pub fn may_contain(&self, key_hash: u64) -> bool {
         // The most common queries (Bloom format 0x07, at most 8 probes, on
-        // AVX-512 or else AVX2) without the indirect call: on AVX-512 as
-        // inline assembly that lands in the caller's body, on AVX2 as a
-        // direct call; both measured faster than the indirect one
-        // (docs/filters.md, "Format 0x07" and "Thirty-third session").
+        // AVX-512 or else AVX2) as direct calls: measured faster than the
+        // indirect one (docs/filters.md, "Format 0x07").
         #[cfg(target_arch = "x86_64")]
         if self.bloom.queries_shapes8_avx512() {
             // SAFETY: the layout says its query is this function (and so
