@@ -2103,15 +2103,19 @@ mod tests {
             .all(|bit| bytes[line * LINE_BYTES + bit / 8] & (1 << (bit % 8)) != 0)
     }
 
-    #[test]
-    fn word_level_code_keeps_the_byte_level_format() {
-        let mut x = 0x0123_4567_89ab_cdefu64;
-        let mut next = || {
+    /// A xorshift64 stream from `seed` (not 0): test hashes.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    #[test]
+    fn word_level_code_keeps_the_byte_level_format() {
+        let mut next = xorshift(0x0123_4567_89ab_cdefu64);
         for (n, bpk) in [(1usize, 10.0), (100, 6.0), (5000, 10.0), (3000, 16.5)] {
             let hashes: Vec<u64> = (0..n).map(|_| next()).collect();
             for (bytes, format) in [
@@ -2207,13 +2211,7 @@ mod tests {
 
     #[test]
     fn every_probe_count_answers_like_the_reference_on_every_path() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let hashes: Vec<u64> = (0..700).map(|_| next()).collect();
         let every_format = (1..=MAX_PROBES).flat_map(|probes| {
             [
@@ -2275,13 +2273,7 @@ mod tests {
     /// product: the reference's answer for every hash, members included.
     #[test]
     fn decoded_query_answers_like_the_reference_at_many_line_counts() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         for num_lines in [1u32, 2, 3, 64, 65, 4_097, 70_001, 262_144] {
             for probes in [1, 6, 8] {
                 let members: Vec<u64> = (0..num_lines.min(40_000)).map(|_| next()).collect();
