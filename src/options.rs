@@ -374,7 +374,18 @@ impl Options {
 /// policy must build filters that decode as built-in ones and read back
 /// without a false negative, checked on 256 key hashes.
 fn check_reserved_policy_name(policy: &Arc<dyn FilterPolicy>) -> Result<()> {
-    let name = policy.name();
+    // The user's code too: the name is asked for first here, and again
+    // when `open` describes the options and when tables are built, so a
+    // `name` that panics is refused with the options rather than escaping
+    // `open` (or, later, a background thread).
+    let name = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.name().to_string()))
+        .map_err(|payload| {
+            Error::invalid(format!(
+                "the filter policy's name() panicked ({})",
+                crate::db::panic_message(payload.as_ref())
+            ))
+        })?;
+    let name = name.as_str();
     if !name.starts_with(BUILTIN_NAME_PREFIX) {
         return Ok(());
     }

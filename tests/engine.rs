@@ -563,6 +563,46 @@ fn stats_count_point_read_io() {
     assert!(s.levels[0].tables > 0 && s.levels[0].filter_bytes > 0);
 }
 
+/// A filter policy whose `name` panics (a user's bug).
+struct NamelessPolicy;
+
+impl sievedb::filter::FilterPolicy for NamelessPolicy {
+    fn name(&self) -> &str {
+        panic!("the policy's name panicked")
+    }
+    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
+        BloomPolicy::new(10.0).build(key_hashes)
+    }
+    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
+        BloomPolicy::new(10.0).may_contain(filter, key_hash)
+    }
+}
+
+/// A policy whose `name` panics is refused by `Options::validate` and by
+/// `Db::open` with `InvalidArgument` naming the panic; before, the panic
+/// escaped `open` (found by review, thirty-second session).
+#[test]
+fn a_policy_whose_name_panics_is_refused_not_panicked_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        filter_policy: Arc::new(NamelessPolicy),
+        ..Options::default()
+    };
+    match opts.validate() {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(why.contains("the policy's name panicked"), "{why}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    match Db::open(dir.path(), opts) {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(why.contains("the policy's name panicked"), "{why}")
+        }
+        Err(other) => panic!("expected InvalidArgument, got {other:?}"),
+        Ok(_) => panic!("opened with a policy whose name panics"),
+    }
+}
+
 /// A filter policy that panics in `build` once told to (a user's bug).
 struct PanickyPolicy(Arc<AtomicBool>);
 
