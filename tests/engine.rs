@@ -563,29 +563,16 @@ fn stats_count_point_read_io() {
     assert!(s.levels[0].tables > 0 && s.levels[0].filter_bytes > 0);
 }
 
-/// A filter policy whose `name` panics (a user's bug).
-struct NamelessPolicy;
-
-impl sievedb::filter::FilterPolicy for NamelessPolicy {
-    fn name(&self) -> &str {
-        panic!("the policy's name panicked")
-    }
-    fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
-        BloomPolicy::new(10.0).build(key_hashes)
-    }
-    fn may_contain(&self, filter: &[u8], key_hash: u64) -> bool {
-        BloomPolicy::new(10.0).may_contain(filter, key_hash)
-    }
-}
-
 /// A policy whose `name` panics is refused by `Options::validate` and by
 /// `Db::open` with `InvalidArgument` naming the panic; before, the panic
 /// escaped `open` (found by review, thirty-second session).
 #[test]
 fn a_policy_whose_name_panics_is_refused_not_panicked_on() {
     let dir = tempfile::tempdir().unwrap();
+    let policy = PanickyAt::new("test.PanickyName");
+    policy.name.store(true, Ordering::SeqCst);
     let opts = Options {
-        filter_policy: Arc::new(NamelessPolicy),
+        filter_policy: Arc::new(policy),
         ..Options::default()
     };
     match opts.validate() {
@@ -792,19 +779,22 @@ fn a_policy_panicking_while_open_replays_the_log_is_an_error() {
     }
 }
 
-/// A custom policy that panics in whichever of `build`, `may_contain` and
-/// `with_budget_bits_per_key` is armed, under the name it is given.
+/// A custom policy that panics in whichever of `name`, `build`,
+/// `may_contain` and `with_budget_bits_per_key` is armed, under the name it
+/// is given.
 struct PanickyAt {
-    name: &'static str,
+    called: &'static str,
+    name: Arc<AtomicBool>,
     build: Arc<AtomicBool>,
     query: Arc<AtomicBool>,
     resize: Arc<AtomicBool>,
 }
 
 impl PanickyAt {
-    fn new(name: &'static str) -> PanickyAt {
+    fn new(called: &'static str) -> PanickyAt {
         PanickyAt {
-            name,
+            called,
+            name: Arc::default(),
             build: Arc::default(),
             query: Arc::default(),
             resize: Arc::default(),
@@ -812,7 +802,8 @@ impl PanickyAt {
     }
     fn same_flags(&self) -> PanickyAt {
         PanickyAt {
-            name: self.name,
+            called: self.called,
+            name: Arc::clone(&self.name),
             build: Arc::clone(&self.build),
             query: Arc::clone(&self.query),
             resize: Arc::clone(&self.resize),
@@ -822,7 +813,11 @@ impl PanickyAt {
 
 impl sievedb::filter::FilterPolicy for PanickyAt {
     fn name(&self) -> &str {
-        self.name
+        assert!(
+            !self.name.load(Ordering::SeqCst),
+            "the policy's name panicked"
+        );
+        self.called
     }
     fn build(&self, key_hashes: &[u64]) -> Vec<u8> {
         assert!(
