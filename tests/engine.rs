@@ -569,12 +569,7 @@ fn stats_count_point_read_io() {
 #[test]
 fn a_policy_whose_name_panics_is_refused_not_panicked_on() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = PanickyAt::new("test.PanickyName");
-    policy.name.store(true, Ordering::SeqCst);
-    let opts = Options {
-        filter_policy: Arc::new(policy),
-        ..Options::default()
-    };
+    let opts = options_with_armed("test.PanickyName", |p| &p.name);
     match opts.validate() {
         Err(Error::InvalidArgument(why)) => {
             assert!(why.contains("the policy's name panicked"), "{why}")
@@ -848,6 +843,17 @@ impl sievedb::filter::FilterPolicy for PanickyAt {
     }
 }
 
+/// Default options under a `PanickyAt` policy called `called` with the
+/// switch `arm` picks armed.
+fn options_with_armed(called: &'static str, arm: fn(&PanickyAt) -> &Arc<AtomicBool>) -> Options {
+    let policy = PanickyAt::new(called);
+    arm(&policy).store(true, Ordering::SeqCst);
+    Options {
+        filter_policy: Arc::new(policy),
+        ..Options::default()
+    }
+}
+
 /// A database in a new directory under a `PanickyAt` policy (nothing
 /// armed), without background compaction, and the policy's switches.
 fn open_with_panicky_at() -> (tempfile::TempDir, Db, PanickyAt) {
@@ -870,12 +876,7 @@ fn open_with_panicky_at() -> (tempfile::TempDir, Db, PanickyAt) {
 #[test]
 fn a_reserved_name_policy_panicking_in_validation_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = PanickyAt::new("sievedb.Mine");
-    policy.build.store(true, Ordering::SeqCst);
-    let opts = Options {
-        filter_policy: Arc::new(policy),
-        ..Options::default()
-    };
+    let opts = options_with_armed("sievedb.Mine", |p| &p.build);
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         Db::open(dir.path(), opts.clone()).map(drop)
     }))
