@@ -610,7 +610,9 @@ impl DbInner {
                 // not as the builder's refusal of the caller's order, and
                 // not by keeping an older version in place of a newer one
                 // (found by review).
-                let order = last_user.as_deref().map(|last| user.cmp(last));
+                let order = last_user
+                    .as_deref()
+                    .map(|last| crate::key::compare_user_keys(user, last));
                 let older = seq < last_seq;
                 last_seq = seq;
                 match order {

@@ -8,6 +8,7 @@
 //! write-ahead log (numbered `wal_number`) is deleted once that table is
 //! recorded in the manifest.
 
+use std::cmp::Ordering as KeyOrdering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,10 @@ use crossbeam_skiplist::SkipMap;
 
 use crate::error::Result;
 use crate::iter::InternalIterator;
-use crate::key::{decode_internal_key, InternalKey, SequenceNumber, ValueKind};
+use crate::key::{
+    compare_user_keys, decode_internal_key, encode_internal_key, SequenceNumber, ValueKind,
+    TRAILER_LEN,
+};
 
 /// Bytes charged per entry on top of its key and value (skip-list node,
 /// vectors' headers): keeps the flush threshold honest for small entries.
@@ -31,9 +35,112 @@ pub(crate) enum MemLookup {
     Deleted,
 }
 
+/// User keys of up to this many bytes are stored inside the skip-list node
+/// (see [`MemKey`]).
+const INLINE_KEY_BYTES: usize = 30;
+
+/// A user key's bytes: inline when short, else on the heap.
+#[derive(Clone)]
+enum KeyBytes {
+    /// A key of `len <= INLINE_KEY_BYTES` bytes, in the first `len` of `bytes`.
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_KEY_BYTES],
+    },
+    /// A longer key.
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(key: &[u8]) -> KeyBytes {
+        if key.len() <= INLINE_KEY_BYTES {
+            let mut bytes = [0u8; INLINE_KEY_BYTES];
+            bytes[..key.len()].copy_from_slice(key);
+            KeyBytes::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyBytes::Heap(key.into())
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len).min(INLINE_KEY_BYTES)],
+            KeyBytes::Heap(bytes) => bytes,
+        }
+    }
+}
+
+/// The skip list's key: one version of a user key, ordered as internal keys
+/// are (user key ascending, then sequence and kind descending: newest
+/// first).
+///
+/// Why not [`InternalKey`](crate::key::InternalKey), whose user key is a
+/// `Vec`: the skip list keeps its keys inside its nodes, so a short key
+/// stored inline costs no allocation of its own (an insert allocates the
+/// node and the value, two allocations where it took three) and a
+/// comparison during a search reads the node it already loaded rather than
+/// a second cache line elsewhere; a lookup's probe key allocates nothing.
+/// Measured in docs/benchmarks.md, "Loads: the memtable's keys".
+#[derive(Clone)]
+struct MemKey {
+    user_key: KeyBytes,
+    seq: SequenceNumber,
+    kind: ValueKind,
+}
+
+impl MemKey {
+    fn new(user_key: &[u8], seq: SequenceNumber, kind: ValueKind) -> MemKey {
+        MemKey {
+            user_key: KeyBytes::new(user_key),
+            seq,
+            kind,
+        }
+    }
+
+    #[inline]
+    fn user_key(&self) -> &[u8] {
+        self.user_key.as_slice()
+    }
+
+    /// The encoded internal key (`user_key ++ trailer`).
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.user_key().len() + TRAILER_LEN);
+        encode_internal_key(&mut out, self.user_key(), self.seq, self.kind);
+        out
+    }
+}
+
+impl PartialEq for MemKey {
+    fn eq(&self, other: &MemKey) -> bool {
+        self.cmp(other) == KeyOrdering::Equal
+    }
+}
+
+impl Eq for MemKey {}
+
+impl Ord for MemKey {
+    #[inline]
+    fn cmp(&self, other: &MemKey) -> KeyOrdering {
+        // As `InternalKey`'s order: (seq, kind) descending, for every
+        // sequence number (not only those a packed trailer holds).
+        compare_user_keys(self.user_key(), other.user_key())
+            .then_with(|| (other.seq, other.kind as u8).cmp(&(self.seq, self.kind as u8)))
+    }
+}
+
+impl PartialOrd for MemKey {
+    fn partial_cmp(&self, other: &MemKey) -> Option<KeyOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// A sorted, concurrent in-memory table of internal keys.
 pub(crate) struct Memtable {
-    map: SkipMap<InternalKey, Vec<u8>>,
+    map: SkipMap<MemKey, Box<[u8]>>,
     approx_bytes: AtomicUsize,
     wal_number: u64,
 }
@@ -66,19 +173,19 @@ impl Memtable {
             Ordering::Relaxed,
         );
         self.map
-            .insert(InternalKey::new(user_key, seq, kind), value.to_vec());
+            .insert(MemKey::new(user_key, seq, kind), value.into());
     }
 
     /// The newest version of `user_key` with sequence `<= snapshot`.
     pub(crate) fn get(&self, user_key: &[u8], snapshot: SequenceNumber) -> Option<MemLookup> {
-        let probe = InternalKey::new(user_key, snapshot, ValueKind::Put);
+        let probe = MemKey::new(user_key, snapshot, ValueKind::Put);
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
         let key = entry.key();
-        if key.user_key != user_key {
+        if key.user_key() != user_key {
             return None;
         }
         Some(match key.kind {
-            ValueKind::Put => MemLookup::Value(entry.value().clone()),
+            ValueKind::Put => MemLookup::Value(entry.value().to_vec()),
             ValueKind::Delete => MemLookup::Deleted,
         })
     }
@@ -119,7 +226,7 @@ impl Memtable {
         let mut count = 0;
         let mut last: Option<Vec<u8>> = None;
         for entry in self.map.iter() {
-            let key = &entry.key().user_key;
+            let key = entry.key().user_key();
             if key.len() >= n && last.as_deref() != Some(&key[..n]) {
                 count += 1;
                 last = Some(key[..n].to_vec());
@@ -135,7 +242,7 @@ impl Memtable {
     ) -> Result<()> {
         for entry in self.map.iter() {
             let k = entry.key();
-            f(&k.user_key, k.seq, k.kind, entry.value())?;
+            f(k.user_key(), k.seq, k.kind, entry.value())?;
         }
         Ok(())
     }
@@ -164,10 +271,10 @@ pub(crate) struct MemtableIter {
     pos: usize,
     /// The skip-list key of the window's first entry when the skip list
     /// may hold entries before the window: where a backward refill starts.
-    lo: Option<InternalKey>,
+    lo: Option<MemKey>,
     /// The skip-list key of the window's last entry when the skip list may
     /// hold entries after the window: where a forward refill starts.
-    hi: Option<InternalKey>,
+    hi: Option<MemKey>,
     /// Entries the next fill copies at most.
     fill: usize,
 }
@@ -175,14 +282,15 @@ pub(crate) struct MemtableIter {
 impl MemtableIter {
     /// Fills the window with up to `self.fill` entries from `lower` on and
     /// moves to its first.
-    fn fill_from(&mut self, lower: Bound<&InternalKey>) {
+    fn fill_from(&mut self, lower: Bound<&MemKey>) {
         let limit = self.fill;
         self.buf.clear();
         self.lo = None;
         self.hi = None;
         let mut cursor = self.mem.map.lower_bound(lower);
         while let Some(entry) = cursor {
-            self.buf.push((entry.key().encode(), entry.value().clone()));
+            self.buf
+                .push((entry.key().encode(), entry.value().to_vec()));
             if self.buf.len() == 1 && !matches!(lower, Bound::Unbounded) {
                 self.lo = Some(entry.key().clone());
             }
@@ -197,14 +305,15 @@ impl MemtableIter {
 
     /// Fills the window with up to `self.fill` entries up to `upper` and
     /// moves to its last.
-    fn fill_back(&mut self, upper: Bound<&InternalKey>) {
+    fn fill_back(&mut self, upper: Bound<&MemKey>) {
         let limit = self.fill;
         self.buf.clear();
         self.lo = None;
         self.hi = None;
         let mut cursor = self.mem.map.upper_bound(upper);
         while let Some(entry) = cursor {
-            self.buf.push((entry.key().encode(), entry.value().clone()));
+            self.buf
+                .push((entry.key().encode(), entry.value().to_vec()));
             if self.buf.len() == 1 && !matches!(upper, Bound::Unbounded) {
                 self.hi = Some(entry.key().clone());
             }
@@ -287,10 +396,10 @@ impl InternalIterator for MemtableIter {
 /// The skip-list key a seek target stands for: the target itself when it
 /// is an encoded internal key, otherwise the newest version of the target
 /// taken as a user key.
-fn probe_key(target: &[u8]) -> InternalKey {
+fn probe_key(target: &[u8]) -> MemKey {
     match decode_internal_key(target) {
-        Some((user, seq, kind)) => InternalKey::new(user, seq, kind),
-        None => InternalKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put),
+        Some((user, seq, kind)) => MemKey::new(user, seq, kind),
+        None => MemKey::new(target, crate::key::MAX_SEQUENCE, ValueKind::Put),
     }
 }
 
@@ -303,6 +412,70 @@ mod tests {
         let mut k = Vec::new();
         encode_internal_key(&mut k, format!("k{i:05}").as_bytes(), 1, ValueKind::Put);
         k
+    }
+
+    /// Keys on both sides of the inline limit (empty, 29 to 32 bytes,
+    /// 100 bytes; shared prefixes; several versions each, puts and
+    /// deletes): the memtable's order is the encoded internal keys' order,
+    /// and `get` at every snapshot answers as a model of the versions.
+    #[test]
+    fn inline_and_heap_keys_order_and_answer_like_a_model() {
+        let mut user_keys: Vec<Vec<u8>> = vec![Vec::new(), vec![0xff; 100], vec![0; 31]];
+        for len in [1, 8, 29, 30, 31, 32, 100] {
+            for fill in [0x00u8, 0x61, 0xff] {
+                user_keys.push(vec![fill; len]);
+                let mut k = vec![fill; len];
+                k[len - 1] ^= 0x80;
+                user_keys.push(k);
+            }
+        }
+        let mem = Memtable::new(1);
+        let mut versions = Vec::new();
+        let mut seq = 0;
+        for round in 0..3u8 {
+            for (i, k) in user_keys.iter().enumerate() {
+                seq += 1;
+                let kind = if (i + usize::from(round)) % 3 == 0 {
+                    ValueKind::Delete
+                } else {
+                    ValueKind::Put
+                };
+                let value = vec![round; i % 5];
+                mem.insert(k, seq, kind, &value);
+                versions.push((k.clone(), seq, kind, value));
+            }
+        }
+        let mut expected: Vec<Vec<u8>> = versions
+            .iter()
+            .map(|(k, seq, kind, _)| {
+                let mut e = Vec::new();
+                encode_internal_key(&mut e, k, *seq, *kind);
+                e
+            })
+            .collect();
+        expected.sort_by(|a, b| crate::key::compare_internal(a, b));
+        let mut seen = Vec::new();
+        mem.for_each(|k, seq, kind, _| {
+            let mut e = Vec::new();
+            encode_internal_key(&mut e, k, seq, kind);
+            seen.push(e);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, expected);
+        for k in &user_keys {
+            for snapshot in 0..=seq + 1 {
+                let newest = versions
+                    .iter()
+                    .filter(|(vk, vseq, _, _)| vk == k && *vseq <= snapshot)
+                    .max_by_key(|(_, vseq, _, _)| *vseq);
+                let want = newest.map(|(_, _, kind, value)| match kind {
+                    ValueKind::Put => MemLookup::Value(value.clone()),
+                    ValueKind::Delete => MemLookup::Deleted,
+                });
+                assert_eq!(mem.get(k, snapshot), want, "{k:?} at {snapshot}");
+            }
+        }
     }
 
     /// The cursor walks both ways from anywhere, across window refills in

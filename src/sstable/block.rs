@@ -186,7 +186,7 @@ pub(crate) struct SeekResult {
 pub(crate) fn cmp_internal_parts(key: &[u8], user_key: &[u8], trailer: u64) -> Ordering {
     let split = key.len().saturating_sub(TRAILER_LEN);
     let (ku, kt) = key.split_at(split);
-    match ku.cmp(user_key) {
+    match crate::key::compare_user_keys(ku, user_key) {
         Ordering::Equal => {
             let mut t = [0u8; TRAILER_LEN];
             if kt.len() == TRAILER_LEN {
