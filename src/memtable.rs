@@ -22,8 +22,9 @@ use crate::key::{
     TRAILER_LEN,
 };
 
-/// Bytes charged per entry on top of its key and value (skip-list node,
-/// vectors' headers): keeps the flush threshold honest for small entries.
+/// Bytes charged per entry on top of its key and value (the skip-list node
+/// with its inline key buffer and tower, the value's allocation): keeps the
+/// flush threshold honest for small entries.
 const ENTRY_OVERHEAD: usize = 64;
 
 /// What a memtable knows about a key at a snapshot.
