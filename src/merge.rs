@@ -156,23 +156,42 @@ pub(crate) struct LevelIterator {
     tables: Vec<Arc<TableHandle>>,
     index: usize,
     current: Option<Box<dyn InternalIterator>>,
+    /// Whether the tables' block reads count as user reads (a scan) or not
+    /// (a compaction's input).
+    counted: bool,
 }
 
 impl LevelIterator {
+    /// A cursor over `tables`, sorted by key and disjoint, whose block reads
+    /// count as user reads.
     pub(crate) fn new(tables: Vec<Arc<TableHandle>>) -> LevelIterator {
         LevelIterator {
             tables,
             index: 0,
             current: None,
+            counted: true,
+        }
+    }
+
+    /// As [`new`](Self::new), for a compaction's input: block reads are
+    /// not counted as user reads.
+    pub(crate) fn new_uncounted(tables: Vec<Arc<TableHandle>>) -> LevelIterator {
+        LevelIterator {
+            counted: false,
+            ..LevelIterator::new(tables)
         }
     }
 
     fn open(&mut self, index: usize) {
         self.index = index;
-        self.current = self
-            .tables
-            .get(index)
-            .map(|t| Box::new(t.table.iter()) as Box<dyn InternalIterator>);
+        let counted = self.counted;
+        self.current = self.tables.get(index).map(|t| {
+            Box::new(if counted {
+                t.table.iter()
+            } else {
+                t.table.iter_uncounted()
+            }) as Box<dyn InternalIterator>
+        });
     }
 
     /// Moves to preceding tables until one has an entry.

@@ -86,11 +86,7 @@ impl BlockBuilder {
             self.since_restart = 0;
             0
         } else {
-            self.last_key
-                .iter()
-                .zip(key)
-                .take_while(|(a, b)| a == b)
-                .count()
+            common_prefix_len(&self.last_key, key)
         };
         let unshared = &key[shared..];
         put_varint64(&mut self.buf, shared as u64);
@@ -182,6 +178,34 @@ pub(crate) struct SeekResult {
 /// Compares an encoded internal key with `(user_key, trailer)` in
 /// internal-key order (user key ascending, trailer descending). `key` must
 /// hold at least [`TRAILER_LEN`] bytes.
+/// The length of the longest common prefix of `a` and `b`.
+///
+/// Eight bytes at a time: the first differing byte of two little-endian
+/// words is the lowest set byte of their XOR. Keys of a block share long
+/// prefixes (a table's keys are sorted), and the byte-at-a-time loop this
+/// replaced was a tenth of a compaction's block building.
+#[inline]
+pub(crate) fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut done = 0;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let (mut wx, mut wy) = ([0u8; 8], [0u8; 8]);
+        wx.copy_from_slice(x);
+        wy.copy_from_slice(y);
+        let diff = u64::from_le_bytes(wx) ^ u64::from_le_bytes(wy);
+        if diff != 0 {
+            return done + (diff.trailing_zeros() / 8) as usize;
+        }
+        done += 8;
+    }
+    done + a[done..]
+        .iter()
+        .zip(&b[done..])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 #[inline]
 pub(crate) fn cmp_internal_parts(key: &[u8], user_key: &[u8], trailer: u64) -> Ordering {
     let split = key.len().saturating_sub(TRAILER_LEN);
@@ -494,6 +518,26 @@ impl<'a> BlockView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-at-a-time prefix length agrees with a byte loop for every
+    /// split point of keys of 0 to 40 bytes, whichever is shorter.
+    #[test]
+    fn common_prefix_len_agrees_with_a_byte_loop() {
+        let naive = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        for len in 0..=40usize {
+            let a: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37)).collect();
+            for other_len in [0, len / 2, len, len + 3] {
+                for split in 0..=len.min(other_len) {
+                    let mut b: Vec<u8> = (0..other_len as u8).map(|i| i.wrapping_mul(37)).collect();
+                    if split < b.len() {
+                        b[split] ^= 0x40;
+                    }
+                    assert_eq!(common_prefix_len(&a, &b), naive(&a, &b), "{a:?} {b:?}");
+                    assert_eq!(common_prefix_len(&b, &a), naive(&b, &a));
+                }
+            }
+        }
+    }
     use crate::key::{encode_internal_key, pack_trailer, ValueKind};
 
     /// The entry that ends at `pos` (the last one `entries_before`

@@ -205,7 +205,8 @@ impl TableBuilder {
                     super::show_key(user_key)
                 )));
             }
-            user_part(&self.last_key) == user_key
+            crate::key::compare_user_keys(user_part(&self.last_key), user_key)
+                == std::cmp::Ordering::Equal
         } else {
             self.smallest = user_key.to_vec();
             false
