@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
-use crate::key::SequenceNumber;
+use crate::key::{compare_user_keys, SequenceNumber};
 use crate::manifest::TableRecord;
 use crate::sketch::HyperLogLog;
 use crate::sstable::{Found, Table};
@@ -110,7 +110,8 @@ impl TableHandle {
     }
 
     fn covers(&self, user_key: &[u8]) -> bool {
-        self.record.smallest.as_slice() <= user_key && user_key <= self.record.largest.as_slice()
+        compare_user_keys(&self.record.smallest, user_key).is_le()
+            && compare_user_keys(user_key, &self.record.largest).is_le()
     }
 }
 
@@ -323,10 +324,13 @@ pub(crate) fn find_covering<'a>(
     tables: &'a [Arc<TableHandle>],
     user_key: &[u8],
 ) -> Option<&'a Arc<TableHandle>> {
-    let idx = tables.partition_point(|t| t.record.largest.as_slice() < user_key);
+    // `compare_user_keys`, not the slices' `<`: a missing key's get is
+    // mostly this search, and the slices' order calls `memcmp` at every
+    // probe (docs/benchmarks.md, "Missing keys: the level search").
+    let idx = tables.partition_point(|t| compare_user_keys(&t.record.largest, user_key).is_lt());
     tables
         .get(idx)
-        .filter(|t| t.record.smallest.as_slice() <= user_key)
+        .filter(|t| compare_user_keys(&t.record.smallest, user_key).is_le())
 }
 
 /// Keys of each sorted run once a write lands, for sizing the written
