@@ -182,7 +182,7 @@ impl Memtable {
         let probe = MemKey::new(user_key, snapshot, ValueKind::Put);
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
         let key = entry.key();
-        if key.user_key() != user_key {
+        if !crate::key::same_user_key(key.user_key(), user_key) {
             return None;
         }
         Some(match key.kind {

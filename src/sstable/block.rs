@@ -453,7 +453,7 @@ impl<'a> BlockView<'a> {
                     hit_is_first: first,
                 });
             }
-            prev_same_user = user_part(key) == user_key;
+            prev_same_user = crate::key::same_user_key(user_part(key), user_key);
             first = false;
             pos = next;
         }

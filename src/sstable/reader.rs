@@ -666,10 +666,12 @@ impl Table {
             return Ok(None);
         };
         let prev_block_same_user = i > 0
-            && self
-                .index
-                .get(i - 1)
-                .is_some_and(|p| user_part(&self.index_keys[p.key_start..p.key_end]) == user_key);
+            && self.index.get(i - 1).is_some_and(|p| {
+                crate::key::same_user_key(
+                    user_part(&self.index_keys[p.key_start..p.key_end]),
+                    user_key,
+                )
+            });
         ReadCounters::add(&c.get_data_block_reads, 1);
         cost.data_block_reads += 1;
         cost.bytes_read += entry.handle.len;
@@ -693,7 +695,7 @@ impl Table {
                     "data block holds no key up to its index key",
                 ));
             };
-            if user_part(&key) == user_key {
+            if crate::key::same_user_key(user_part(&key), user_key) {
                 let (seq, kind) = unpack_trailer(trailer_of(&key)).ok_or_else(|| {
                     self.corrupt(entry.handle.offset, "entry has an unknown kind")
                 })?;
