@@ -479,6 +479,46 @@ mod tests {
         }
     }
 
+    /// The memtable orders versions as `InternalKey` does for every
+    /// sequence number, including those above the 56 bits a packed trailer
+    /// keeps (its order compares the full numbers), across the inline limit.
+    #[test]
+    fn order_is_the_internal_key_order_for_every_sequence_number() {
+        use crate::key::{InternalKey, MAX_SEQUENCE};
+        let mem = Memtable::new(1);
+        let mut expected = Vec::new();
+        let seqs = [
+            0,
+            1,
+            255,
+            256,
+            MAX_SEQUENCE - 1,
+            MAX_SEQUENCE,
+            MAX_SEQUENCE + 1,
+            u64::MAX,
+        ];
+        for len in [1usize, 29, 30, 31, 33] {
+            for (i, &seq) in seqs.iter().enumerate() {
+                let kind = if i % 2 == 0 {
+                    ValueKind::Put
+                } else {
+                    ValueKind::Delete
+                };
+                let key = vec![0x80u8; len];
+                mem.insert(&key, seq, kind, b"");
+                expected.push(InternalKey::new(key, seq, kind));
+            }
+        }
+        expected.sort();
+        let mut seen = Vec::new();
+        mem.for_each(|k, seq, kind, _| {
+            seen.push(InternalKey::new(k, seq, kind));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, expected);
+    }
+
     /// The cursor walks both ways from anywhere, across window refills in
     /// either direction (a forward window stepped back past its start, a
     /// backward window stepped forward past its end).
