@@ -205,8 +205,7 @@ impl TableBuilder {
                     super::show_key(user_key)
                 )));
             }
-            crate::key::compare_user_keys(user_part(&self.last_key), user_key)
-                == std::cmp::Ordering::Equal
+            crate::key::same_user_key(user_part(&self.last_key), user_key)
         } else {
             self.smallest = user_key.to_vec();
             false
