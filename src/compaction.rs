@@ -574,10 +574,10 @@ impl DbInner {
         // cursor per level". Compaction's reads are
         // `compaction_bytes_read`, not user reads.
         let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+        // Taken from a level's table list, which `Version` keeps sorted by
+        // key for every level but 0, so already in key order.
         let sorted_run = |tables: &[Arc<TableHandle>]| {
-            let mut tables = tables.to_vec();
-            tables.sort_by(|a, b| a.record.smallest.cmp(&b.record.smallest));
-            Box::new(LevelIterator::new_uncounted(tables)) as Box<dyn InternalIterator>
+            Box::new(LevelIterator::new_uncounted(tables.to_vec())) as Box<dyn InternalIterator>
         };
         if job.level == 0 {
             for t in &job.inputs {
