@@ -132,44 +132,108 @@ impl WriteBatch {
         payload: &[u8],
         corrupt: impl Fn(&str) -> Error,
     ) -> Result<(SequenceNumber, WriteBatch)> {
-        let mut r = Reader { buf: payload };
-        let first_seq = u64::from_le_bytes(
-            r.array::<8>()
-                .ok_or_else(|| corrupt("short batch header"))?,
-        );
-        let count = u32::from_le_bytes(
-            r.array::<4>()
-                .ok_or_else(|| corrupt("short batch header"))?,
-        );
+        let (first_seq, ops) = read_payload(payload).map_err(&corrupt)?;
         let mut batch = WriteBatch::new();
-        for _ in 0..count {
-            let kind = r
-                .array::<1>()
-                .and_then(|b| ValueKind::from_u8(b[0]))
-                .ok_or_else(|| corrupt("bad operation kind in batch"))?;
-            let key = r.slice().ok_or_else(|| corrupt("truncated key in batch"))?;
-            // No write can log an empty key (`put`, `delete` and `write`
-            // refuse it), and one replayed into the tables would show in
-            // scans as a key no call can read or delete.
-            if key.is_empty() {
-                return Err(corrupt("empty key in batch"));
-            }
-            match kind {
-                ValueKind::Put => {
-                    let value = r
-                        .slice()
-                        .ok_or_else(|| corrupt("truncated value in batch"))?;
-                    batch.put(key, value);
-                }
-                ValueKind::Delete => {
-                    batch.delete(key);
-                }
-            }
-        }
-        if !r.buf.is_empty() {
-            return Err(corrupt("trailing bytes after batch"));
+        for op in ops {
+            let op = op.map_err(&corrupt)?;
+            match op.kind {
+                ValueKind::Put => batch.put(op.key, op.value),
+                ValueKind::Delete => batch.delete(op.key),
+            };
         }
         Ok((first_seq, batch))
+    }
+}
+
+/// Sets the first sequence number of an encoded batch: a write is encoded
+/// by its own thread before it joins a write group, and the group's leader
+/// numbers it (see [`crate::write_group`]).
+///
+/// `payload` must come from [`WriteBatch::encode`] (it starts with the
+/// 8-byte number); a shorter one is left as it is.
+pub(crate) fn set_first_seq(payload: &mut [u8], first_seq: SequenceNumber) {
+    if let Some(head) = payload.get_mut(..8) {
+        head.copy_from_slice(&first_seq.to_le_bytes());
+    }
+}
+
+/// One operation of an encoded batch, borrowed from the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PayloadOp<'a> {
+    pub(crate) kind: ValueKind,
+    pub(crate) key: &'a [u8],
+    /// Empty for a delete.
+    pub(crate) value: &'a [u8],
+}
+
+/// Reads an encoded batch in place: its first sequence number and an
+/// iterator over its operations, which copies nothing (a write group's
+/// leader inserts its members' operations into the memtable straight from
+/// their log payloads). An `Err` says why the payload is malformed; the
+/// iterator yields at most one `Err`, then ends.
+pub(crate) fn read_payload(
+    payload: &[u8],
+) -> std::result::Result<(SequenceNumber, PayloadOps<'_>), &'static str> {
+    let mut reader = Reader { buf: payload };
+    let first_seq = u64::from_le_bytes(reader.array::<8>().ok_or("short batch header")?);
+    let remaining = u32::from_le_bytes(reader.array::<4>().ok_or("short batch header")?);
+    Ok((
+        first_seq,
+        PayloadOps {
+            reader,
+            remaining,
+            failed: false,
+        },
+    ))
+}
+
+/// The operations of an encoded batch ([`read_payload`]).
+pub(crate) struct PayloadOps<'a> {
+    reader: Reader<'a>,
+    remaining: u32,
+    failed: bool,
+}
+
+impl<'a> PayloadOps<'a> {
+    fn next_op(&mut self) -> std::result::Result<PayloadOp<'a>, &'static str> {
+        let r = &mut self.reader;
+        let kind = r
+            .array::<1>()
+            .and_then(|b| ValueKind::from_u8(b[0]))
+            .ok_or("bad operation kind in batch")?;
+        let key = r.slice().ok_or("truncated key in batch")?;
+        // No write can log an empty key (`put`, `delete` and `write`
+        // refuse it), and one replayed into the tables would show in
+        // scans as a key no call can read or delete.
+        if key.is_empty() {
+            return Err("empty key in batch");
+        }
+        let value = match kind {
+            ValueKind::Put => r.slice().ok_or("truncated value in batch")?,
+            ValueKind::Delete => &[],
+        };
+        Ok(PayloadOp { kind, key, value })
+    }
+}
+
+impl<'a> Iterator for PayloadOps<'a> {
+    type Item = std::result::Result<PayloadOp<'a>, &'static str>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let item = if self.remaining == 0 {
+            if self.reader.buf.is_empty() {
+                return None;
+            }
+            Err("trailing bytes after batch")
+        } else {
+            self.remaining -= 1;
+            self.next_op()
+        };
+        self.failed = item.is_err();
+        Some(item)
     }
 }
 

@@ -3,11 +3,15 @@
 //! # Write path
 //! 1. Validate every key and value of the batch (nothing is written if one
 //!    is bad).
-//! 2. Under the writer lock: make room (freeze a full memtable, start a new
-//!    log; wait if flushes or level-0 compactions fall behind), assign
-//!    consecutive sequence numbers, append the batch to the write-ahead log as
-//!    one record (fsynced first when `sync_writes`), insert it into the
-//!    memtable, then publish its last sequence number to readers.
+//! 2. Encode it as a log payload and join a write group
+//!    ([`crate::write_group`]): batches whose writers arrive while another
+//!    group is being committed are committed together by one leader.
+//! 3. The leader, under the writer lock: makes room (freeze a full memtable,
+//!    start a new log; wait if flushes or level-0 compactions fall behind),
+//!    assigns each batch consecutive sequence numbers, appends the batches to
+//!    the write-ahead log as one record each in one append (fsynced once when
+//!    `sync_writes`), inserts them into the memtable, then publishes the last
+//!    sequence number to readers before any member returns.
 //!
 //! # Read path
 //! Take the current *super version* (memtable, frozen memtables, table set),
@@ -30,7 +34,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
-use crate::batch::WriteBatch;
+use crate::batch::{read_payload, set_first_seq, WriteBatch};
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
@@ -54,6 +58,7 @@ use crate::version::{
     table_file_name, DirOwner, TableHandle, Version, KEY_SKETCH_PRECISION, KEY_SKETCH_PROPERTY,
 };
 use crate::wal::{LogWriter, MAX_RECORD_PAYLOAD};
+use crate::write_group::{PendingWrite, WriteQueue};
 
 /// Most hot keys [`Db::hot_keys`] can report.
 pub const HOT_KEYS_TRACKED: usize = 64;
@@ -200,6 +205,8 @@ pub(crate) struct EngineCounters {
     pub(crate) compaction_bytes_read: AtomicU64,
     pub(crate) compaction_bytes_written: AtomicU64,
     pub(crate) user_bytes_written: AtomicU64,
+    pub(crate) batches_written: AtomicU64,
+    pub(crate) log_appends: AtomicU64,
     pub(crate) manifest_rolls: AtomicU64,
 }
 
@@ -233,6 +240,9 @@ pub(crate) struct DbInner {
     /// compaction installs), each a read-modify-write of `sv`.
     sv_update: Mutex<()>,
     writer: Mutex<WriterState>,
+    /// Writers waiting to be committed in a group (group commit); a
+    /// group's leader commits it under `writer`.
+    write_queue: WriteQueue,
     /// Held for a whole [`checkpoint`](Self::checkpoint): two calls into
     /// one destination would both find it empty, then remove or overwrite
     /// each other's files.
@@ -613,6 +623,7 @@ impl Db {
             sv: ArcSwap::from_pointee(sv),
             sv_update: Mutex::new(()),
             writer: Mutex::new(WriterState { wal, mem, last_seq }),
+            write_queue: WriteQueue::default(),
             checkpoint_lock: Mutex::new(()),
             bg: Mutex::new(BgState {
                 manifest,
@@ -1102,6 +1113,31 @@ impl Db {
         w.mem = Arc::new(Memtable::new(0));
         sealed
     }
+}
+
+/// Poisons the database when dropped during a panic.
+struct PoisonOnPanic<'a>(&'a DbInner);
+
+impl Drop for PoisonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .set_poison_reason("a write panicked while it was being committed".into());
+        }
+    }
+}
+
+/// Inserts the operations of an encoded batch into `mem`, numbered from
+/// the payload's first sequence number.
+fn insert_payload(mem: &Memtable, payload: &[u8]) -> Result<()> {
+    let malformed =
+        |why: &str| Error::Poisoned(format!("a write group's batch is malformed: {why}"));
+    let (first_seq, ops) = read_payload(payload).map_err(malformed)?;
+    for (seq, op) in (first_seq..).zip(ops) {
+        let op = op.map_err(malformed)?;
+        mem.insert(op.key, seq, op.kind, op.value);
+    }
+    Ok(())
 }
 
 /// Ends a log that will take no more writes (at a memtable switch and at
@@ -1665,16 +1701,68 @@ impl DbInner {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut w = self.writer.lock();
-        self.check_writable()?;
-        if w.last_seq + batch.len() as u64 > MAX_SEQUENCE {
-            return Err(Error::invalid("sequence numbers exhausted"));
+        // Encoded here, outside every lock; the group's leader numbers it.
+        let write = PendingWrite {
+            payload: batch.encode(0),
+            ops: batch.len() as u64,
+            data_bytes: batch.data_bytes() as u64,
+        };
+        if self.opts.sync_writes {
+            self.write_queue
+                .submit(&self.writer, write, |w, group| self.commit_group(w, group))
+        } else {
+            // Unsynced writes take the writer lock one at a time: grouping
+            // them saves a `write` system call each but measured slower
+            // (docs/benchmarks.md, "Writes: group commit").
+            let mut write = write;
+            let mut w = self.writer.lock();
+            let mut results = self.commit_group(&mut w, std::slice::from_mut(&mut write));
+            results
+                .pop()
+                .unwrap_or_else(|| Err(Error::Poisoned("a write's commit gave no result".into())))
         }
-        self.make_room(&mut w, false)?;
-        let first_seq = w.last_seq + 1;
-        let payload = batch.encode(first_seq);
-        let logged = w.wal.add_record(&payload).and_then(|()| {
-            if self.opts.sync_writes {
+    }
+
+    /// Commits a write group (see [`crate::write_group`]): numbers its
+    /// batches, appends them to the log in one call (synced once when
+    /// `sync_writes`), inserts them into the memtable and publishes the
+    /// last sequence number. One result per member, in order.
+    fn commit_group(&self, w: &mut WriterState, group: &mut [PendingWrite]) -> Vec<Result<()>> {
+        // A panic past the log append (a bug) would leave logged records
+        // whose sequence numbers the next commit reuses: refuse writes.
+        let _poison_on_panic = PoisonOnPanic(self);
+        let members = group.len();
+        // The first member (the leader's own write) gets the error itself,
+        // the others copies of it.
+        let failed_all = |e: Error| -> Vec<Result<()>> {
+            let mut results: Vec<Result<()>> = (1..members).map(|_| Err(e.duplicate())).collect();
+            results.insert(0, Err(e));
+            results
+        };
+        if let Err(e) = self
+            .check_writable()
+            .and_then(|()| self.make_room(w, false))
+        {
+            return failed_all(e);
+        }
+        // Number the batches in order; one that would run past the last
+        // sequence number is refused alone (and the ones after it still
+        // fit only if they are smaller).
+        let mut next = w.last_seq + 1;
+        let mut results: Vec<Result<()>> = Vec::with_capacity(group.len());
+        for member in group.iter_mut() {
+            if next - 1 + member.ops > MAX_SEQUENCE {
+                results.push(Err(Error::invalid("sequence numbers exhausted")));
+                continue;
+            }
+            set_first_seq(&mut member.payload, next);
+            next += member.ops;
+            results.push(Ok(()));
+        }
+        let accepted = || group.iter().zip(&results).filter(|(_, r)| r.is_ok());
+        let payloads: Vec<&[u8]> = accepted().map(|(m, _)| m.payload.as_slice()).collect();
+        let logged = w.wal.add_records(&payloads).and_then(|()| {
+            if self.opts.sync_writes && !payloads.is_empty() {
                 w.wal.sync()
             } else {
                 Ok(())
@@ -1682,18 +1770,30 @@ impl DbInner {
         });
         if let Err(e) = logged {
             self.set_poison(&e);
-            return Err(e);
+            return failed_all(e);
         }
-        for (i, op) in batch.ops().iter().enumerate() {
-            w.mem
-                .insert(&op.key, first_seq + i as u64, op.kind, &op.value);
+        let mut data_bytes = 0;
+        for (member, _) in accepted() {
+            if let Err(e) = insert_payload(&w.mem, &member.payload) {
+                // The payload was encoded by `write` in this process, so
+                // this is a bug; the memtable may hold part of the batch.
+                self.set_poison(&e);
+                return failed_all(e);
+            }
+            data_bytes += member.data_bytes;
         }
-        w.last_seq = first_seq + batch.len() as u64 - 1;
+        w.last_seq = next - 1;
         self.engine
             .user_bytes_written
-            .fetch_add(batch.data_bytes() as u64, Ordering::Relaxed);
+            .fetch_add(data_bytes, Ordering::Relaxed);
+        if !payloads.is_empty() {
+            self.engine.log_appends.fetch_add(1, Ordering::Relaxed);
+            self.engine
+                .batches_written
+                .fetch_add(payloads.len() as u64, Ordering::Relaxed);
+        }
         self.visible_seq.store(w.last_seq, Ordering::Release);
-        Ok(())
+        results
     }
 
     /// Freezes the memtable when it is full (or when `force` and it is not
@@ -2312,6 +2412,8 @@ impl DbInner {
         stats.compaction_bytes_read = e.compaction_bytes_read.load(Ordering::Relaxed);
         stats.compaction_bytes_written = e.compaction_bytes_written.load(Ordering::Relaxed);
         stats.user_bytes_written = e.user_bytes_written.load(Ordering::Relaxed);
+        stats.batches_written = e.batches_written.load(Ordering::Relaxed);
+        stats.log_appends = e.log_appends.load(Ordering::Relaxed);
         stats.manifest_rolls = e.manifest_rolls.load(Ordering::Relaxed);
         stats.manifest_bytes = self.bg.lock().manifest.file_size();
         stats

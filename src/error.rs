@@ -107,6 +107,35 @@ impl Error {
         Error::InvalidArgument(reason.into())
     }
 
+    /// An error equal to this one for its caller: what each writer of a
+    /// write group gets when the group's log append fails (an
+    /// `std::io::Error` cannot be cloned: its OS error code is, or else its
+    /// kind and message).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Error::InvalidArgument(reason) => Error::InvalidArgument(reason.clone()),
+            Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => Error::Corruption {
+                file: file.clone(),
+                offset: *offset,
+                reason: reason.clone(),
+            },
+            Error::Io { path, source } => Error::Io {
+                path: path.clone(),
+                source: match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            Error::Locked(path) => Error::Locked(path.clone()),
+            Error::Poisoned(reason) => Error::Poisoned(reason.clone()),
+            Error::Closed => Error::Closed,
+        }
+    }
+
     /// True for [`Error::Corruption`].
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })

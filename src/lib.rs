@@ -83,6 +83,7 @@ pub mod stats;
 pub mod verify;
 mod version;
 pub mod wal;
+mod write_group;
 
 pub use batch::WriteBatch;
 pub use db::{Db, HOT_KEYS_TRACKED};

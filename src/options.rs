@@ -66,7 +66,9 @@ pub struct Options {
     /// Entries between restart points inside a data block. Default 16.
     pub restart_interval: usize,
     /// When true, every write's log record is fsynced before the write
-    /// returns. When false (the default), a write is in the OS page cache
+    /// returns; writers that wait for the same fsync share it (group
+    /// commit: their batches are appended together and synced once, see
+    /// [`Stats::log_appends`](crate::stats::Stats::log_appends)). When false (the default), a write is in the OS page cache
     /// when it returns: it survives a process crash but not a power loss
     /// until the log is synced, which happens at the next memtable switch
     /// (when the memtable fills, or at [`Db::flush`](crate::Db::flush)) and

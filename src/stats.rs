@@ -398,6 +398,15 @@ pub struct Stats {
     pub flush_bytes_written: u64,
     /// Bytes of user data (keys and values) accepted by writes since open.
     pub user_bytes_written: u64,
+    /// Write batches (a `put` or `delete` is a batch of one) committed to
+    /// the write-ahead log since open.
+    pub batches_written: u64,
+    /// Appends to the write-ahead log that committed those batches: with
+    /// [`Options::sync_writes`](crate::Options::sync_writes), batches whose
+    /// writers wait for the same commit share one append and one fsync
+    /// (group commit), so `batches_written / log_appends` is the mean
+    /// group size; without it, one per batch.
+    pub log_appends: u64,
     /// Times the manifest was replaced by a fresh snapshot since open, on
     /// passing [`Options::manifest_roll_bytes`](crate::Options::manifest_roll_bytes).
     pub manifest_rolls: u64,
