@@ -157,6 +157,38 @@ pub(crate) fn set_first_seq(payload: &mut [u8], first_seq: SequenceNumber) {
     }
 }
 
+/// One payload holding the operations of `payloads` in order, under the
+/// first one's sequence number: how a write group goes to the log, as one
+/// record (LevelDB merges a group's batches the same way). The payloads
+/// must come from [`WriteBatch::encode`] with consecutive numbers (each
+/// starting where the one before ends), so the merged batch numbers every
+/// operation as its own batch did, and recovery, which replays a record
+/// all or nothing, can never find half a group: a power cut before the
+/// group's fsync leaves at most one torn record at the log's end, where
+/// separate records could leave a lost page with intact records after it,
+/// which a synced log reports as corruption. `None` if the operations
+/// overflow a batch's 32-bit count.
+pub(crate) fn merge_payloads<'a>(
+    payloads: impl Iterator<Item = &'a [u8]> + Clone,
+) -> Option<Vec<u8>> {
+    let mut count = 0u32;
+    let mut len = BATCH_HEADER_BYTES;
+    let mut first_seq = None;
+    for payload in payloads.clone() {
+        let header = payload.get(..BATCH_HEADER_BYTES)?;
+        first_seq.get_or_insert_with(|| header[..8].to_vec());
+        count = count.checked_add(u32::from_le_bytes(header[8..12].try_into().ok()?))?;
+        len += payload.len() - BATCH_HEADER_BYTES;
+    }
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(&first_seq?);
+    out.extend_from_slice(&count.to_le_bytes());
+    for payload in payloads {
+        out.extend_from_slice(&payload[BATCH_HEADER_BYTES..]);
+    }
+    Some(out)
+}
+
 /// One operation of an encoded batch, borrowed from the payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PayloadOp<'a> {
@@ -282,6 +314,32 @@ mod tests {
         let mut empty = WriteBatch::new();
         empty.put(b"", b"v");
         assert!(WriteBatch::decode(&empty.encode(1), corrupt).is_err());
+    }
+
+    /// A merged group reads back as the members' operations in order,
+    /// numbered from the first member's number.
+    #[test]
+    fn merged_payloads_are_one_batch_of_the_members_in_order() {
+        let mut a = WriteBatch::new();
+        a.put(b"a", b"1").delete(b"b");
+        let mut b = WriteBatch::new();
+        b.put(b"c", b"3");
+        let (pa, pb) = (a.encode(7), b.encode(9));
+        let merged = merge_payloads([pa.as_slice(), pb.as_slice()].into_iter()).unwrap();
+        let corrupt = |m: &str| Error::invalid(m.to_string());
+        let (seq, back) = WriteBatch::decode(&merged, corrupt).unwrap();
+        let mut both = a.clone();
+        both.put(b"c", b"3");
+        assert_eq!((seq, back), (7, both));
+        assert_eq!(merged.len(), pa.len() + pb.len() - BATCH_HEADER_BYTES);
+        // One member merges to itself; a short payload or no payload, to
+        // nothing.
+        assert_eq!(
+            merge_payloads([pa.as_slice()].into_iter()),
+            Some(pa.clone())
+        );
+        assert_eq!(merge_payloads([&pa[..5]].into_iter()), None);
+        assert_eq!(merge_payloads(std::iter::empty()), None);
     }
 
     /// `Options::validate` bounds `max_key_bytes + max_value_bytes` by the

@@ -8,10 +8,10 @@
 //!    group is being committed are committed together by one leader.
 //! 3. The leader, under the writer lock: makes room (freeze a full memtable,
 //!    start a new log; wait if flushes or level-0 compactions fall behind),
-//!    assigns each batch consecutive sequence numbers, appends the batches to
-//!    the write-ahead log as one record each in one append (fsynced once when
-//!    `sync_writes`), inserts them into the memtable, then publishes the last
-//!    sequence number to readers before any member returns.
+//!    assigns each batch consecutive sequence numbers, appends the group to
+//!    the write-ahead log as one record (fsynced once when `sync_writes`),
+//!    inserts it into the memtable, then publishes the last sequence number
+//!    to readers before any member returns.
 //!
 //! # Read path
 //! Take the current *super version* (memtable, frozen memtables, table set),
@@ -34,7 +34,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
-use crate::batch::{read_payload, set_first_seq, WriteBatch};
+use crate::batch::{merge_payloads, read_payload, set_first_seq, WriteBatch};
 use crate::cache::BlockCache;
 use crate::error::{Error, Result};
 use crate::filter::budget::{policy_for_run, FilterBudget};
@@ -1724,7 +1724,7 @@ impl DbInner {
     }
 
     /// Commits a write group (see [`crate::write_group`]): numbers its
-    /// batches, appends them to the log in one call (synced once when
+    /// batches, appends them to the log as one record (synced once when
     /// `sync_writes`), inserts them into the memtable and publishes the
     /// last sequence number. One result per member, in order.
     fn commit_group(&self, w: &mut WriterState, group: &mut [PendingWrite]) -> Vec<Result<()>> {
@@ -1759,10 +1759,36 @@ impl DbInner {
             next += member.ops;
             results.push(Ok(()));
         }
-        let accepted = || group.iter().zip(&results).filter(|(_, r)| r.is_ok());
-        let payloads: Vec<&[u8]> = accepted().map(|(m, _)| m.payload.as_slice()).collect();
-        let logged = w.wal.add_records(&payloads).and_then(|()| {
-            if self.opts.sync_writes && !payloads.is_empty() {
+        let accepted = || {
+            group
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(m, _)| m)
+        };
+        let batches = accepted().count() as u64;
+        if batches == 0 {
+            return results;
+        }
+        // The group is one log record (see `merge_payloads`: a power cut
+        // before its fsync must not leave a hole followed by intact
+        // records, which a synced log reports as corruption).
+        let merged;
+        let record: &[u8] = if batches == 1 {
+            accepted().next().map_or(&[], |m| m.payload.as_slice())
+        } else {
+            merged = merge_payloads(accepted().map(|m| m.payload.as_slice()));
+            match &merged {
+                Some(merged) => merged,
+                None => {
+                    return failed_all(Error::invalid(
+                        "a write group's operations overflow one log record's count",
+                    ))
+                }
+            }
+        };
+        let logged = w.wal.add_record(record).and_then(|()| {
+            if self.opts.sync_writes {
                 w.wal.sync()
             } else {
                 Ok(())
@@ -1772,26 +1798,23 @@ impl DbInner {
             self.set_poison(&e);
             return failed_all(e);
         }
-        let mut data_bytes = 0;
-        for (member, _) in accepted() {
-            if let Err(e) = insert_payload(&w.mem, &member.payload) {
-                // The payload was encoded by `write` in this process, so
-                // this is a bug; the memtable may hold part of the batch.
-                self.set_poison(&e);
-                return failed_all(e);
-            }
-            data_bytes += member.data_bytes;
-        }
+        // The numbers are in the log now: taken even if what follows
+        // fails (a log sealed at close carries the next unused one).
         w.last_seq = next - 1;
+        if let Err(e) = insert_payload(&w.mem, record) {
+            // The payload was encoded by `write` in this process, so
+            // this is a bug; the memtable may hold part of the group.
+            self.set_poison(&e);
+            return failed_all(e);
+        }
+        let data_bytes: u64 = accepted().map(|m| m.data_bytes).sum();
         self.engine
             .user_bytes_written
             .fetch_add(data_bytes, Ordering::Relaxed);
-        if !payloads.is_empty() {
-            self.engine.log_appends.fetch_add(1, Ordering::Relaxed);
-            self.engine
-                .batches_written
-                .fetch_add(payloads.len() as u64, Ordering::Relaxed);
-        }
+        self.engine.log_appends.fetch_add(1, Ordering::Relaxed);
+        self.engine
+            .batches_written
+            .fetch_add(batches, Ordering::Relaxed);
         self.visible_seq.store(w.last_seq, Ordering::Release);
         results
     }

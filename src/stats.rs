@@ -401,9 +401,9 @@ pub struct Stats {
     /// Write batches (a `put` or `delete` is a batch of one) committed to
     /// the write-ahead log since open.
     pub batches_written: u64,
-    /// Appends to the write-ahead log that committed those batches: with
+    /// Log records (one append each) that committed those batches: with
     /// [`Options::sync_writes`](crate::Options::sync_writes), batches whose
-    /// writers wait for the same commit share one append and one fsync
+    /// writers wait for the same commit share one log record and one fsync
     /// (group commit), so `batches_written / log_appends` is the mean
     /// group size; without it, one per batch.
     pub log_appends: u64,

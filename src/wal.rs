@@ -54,8 +54,7 @@
 //! # Durability
 //!
 //! [`LogWriter::add_record`] hands the whole record to the filesystem in one
-//! `append` call ([`LogWriter::add_records`] a write group's records in
-//! one); nothing is durable until [`LogWriter::sync`] returns `Ok`.
+//! `append` call; nothing is durable until [`LogWriter::sync`] returns `Ok`.
 //! After any failed append or sync the writer refuses further records, since
 //! the file may end in a partial record that a later append would turn into
 //! mid-log corruption.
@@ -151,50 +150,29 @@ impl LogWriter {
     /// [`Error::InvalidArgument`] and writes nothing. I/O failures are
     /// [`Error::Io`] naming the log; after one, every later call fails too.
     pub fn add_record(&mut self, payload: &[u8]) -> Result<()> {
-        self.add_records(&[payload])
-    }
-
-    /// Appends one record per payload, in order, with a single `append`
-    /// call: a write group's batches (see `crate::write_group`) cost one
-    /// system call however many writers joined it. The records are the
-    /// same as [`add_record`](Self::add_record)'s one at a time, so a reader
-    /// cannot tell the two apart; a crash in the middle of the append
-    /// leaves whole records and at most one torn one, at the end.
-    ///
-    /// A payload larger than [`MAX_RECORD_PAYLOAD`] is
-    /// [`Error::InvalidArgument`] and nothing is written. I/O failures are
-    /// [`Error::Io`] naming the log; after one, every later call fails too.
-    pub fn add_records(&mut self, payloads: &[&[u8]]) -> Result<()> {
-        if let Some(big) = payloads.iter().find(|p| p.len() > MAX_RECORD_PAYLOAD) {
+        if payload.len() > MAX_RECORD_PAYLOAD {
             return Err(Error::invalid(format!(
                 "log record payload of {} bytes exceeds the maximum of {} bytes",
-                big.len(),
+                payload.len(),
                 MAX_RECORD_PAYLOAD
             )));
         }
         self.refuse_after_failure()?;
-        if payloads.is_empty() {
-            return Ok(());
-        }
+        // Cannot truncate: checked against MAX_RECORD_PAYLOAD (< 2^32) above.
+        let len_bytes = (payload.len() as u32).to_le_bytes();
+        let crc = record_crc(len_bytes, payload);
         self.buf.clear();
-        let total: usize = payloads.iter().map(|p| RECORD_HEADER_LEN + p.len()).sum();
-        self.buf.reserve(total);
-        for payload in payloads {
-            // Cannot truncate: checked against MAX_RECORD_PAYLOAD (< 2^32)
-            // above.
-            let len_bytes = (payload.len() as u32).to_le_bytes();
-            let crc = record_crc(len_bytes, payload);
-            self.buf.extend_from_slice(&crc.to_le_bytes());
-            self.buf.extend_from_slice(&len_bytes);
-            self.buf.extend_from_slice(payload);
-        }
+        self.buf.reserve(RECORD_HEADER_LEN + payload.len());
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        self.buf.extend_from_slice(&len_bytes);
+        self.buf.extend_from_slice(payload);
         let result = self.file.append(&self.buf);
         if self.buf.capacity() > RETAINED_BUFFER_CAPACITY {
             self.buf = Vec::new();
         }
         match result {
             Ok(()) => {
-                self.len += total as u64;
+                self.len += (RECORD_HEADER_LEN + payload.len()) as u64;
                 Ok(())
             }
             Err(e) => {

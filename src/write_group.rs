@@ -1,5 +1,5 @@
 //! Group commit: writers that arrive while another write is being logged
-//! are logged together, with one append (and one fsync under
+//! are logged together, as one record (and one fsync under
 //! `sync_writes`) for the whole group.
 //!
 //! # Protocol
@@ -16,7 +16,7 @@
 //!   (up to [`group_byte_limit`]) into its group.
 //!
 //! The leader commits under the writer lock (in `Db`: number the batches,
-//! append their records in one call, sync once, insert them into the
+//! append them as one record, sync once, insert them into the
 //! memtable, publish the last sequence number). A member returns only once
 //! its batch is published, so a writer reads its own write; batches are
 //! numbered and logged in the order their writers joined. LevelDB and

@@ -12,7 +12,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use sievedb::fs::{FaultFs, FaultKind, FaultOp, FileSystem, WritableFile};
+use sievedb::fs::{FaultFs, FaultKind, FaultOp, FileSystem, WritableFile, Writeback};
 use sievedb::{Db, Error, Options, WriteBatch};
 
 const THREADS: u64 = 4;
@@ -133,60 +133,93 @@ fn unsynced_writes_are_one_append_each() {
 /// only simulates durability, and with its instant syncs the writers
 /// rarely wait long enough to form groups, so the faults would rarely land
 /// in a group of more than one.
-#[derive(Debug)]
-struct SlowSyncFs(FaultFs);
+///
+/// With `cut_at_group_sync` set, the power goes out at the first sync of a
+/// log whose unsynced bytes (one append since the last sync) are at least
+/// `GROUP_BYTES`: more than one batch of the test's, so a group's.
+#[derive(Debug, Clone, Default)]
+struct SlowSyncFs {
+    fault: FaultFs,
+    cut_at_group_sync: Arc<std::sync::atomic::AtomicBool>,
+}
 
-struct SlowSyncFile(Box<dyn WritableFile>);
+struct SlowSyncFile {
+    file: Box<dyn WritableFile>,
+    is_log: bool,
+    unsynced: usize,
+    fs: SlowSyncFs,
+}
+
+const GROUP_BYTES: usize = 8 << 10;
+
+impl SlowSyncFs {
+    fn wrap(&self, path: &Path, file: Box<dyn WritableFile>) -> Box<dyn WritableFile> {
+        Box::new(SlowSyncFile {
+            file,
+            is_log: path.extension().is_some_and(|e| e == "log"),
+            unsynced: 0,
+            fs: self.clone(),
+        })
+    }
+}
 
 const SYNC_TIME: Duration = Duration::from_micros(300);
 
 impl WritableFile for SlowSyncFile {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.append(data)
+        self.unsynced += data.len();
+        self.file.append(data)
     }
 
     fn sync(&mut self) -> io::Result<()> {
         std::thread::sleep(SYNC_TIME);
-        self.0.sync()
+        if self.is_log
+            && self.unsynced >= GROUP_BYTES
+            && self.fs.cut_at_group_sync.swap(false, Ordering::SeqCst)
+        {
+            self.fs.fault.power_cut();
+        }
+        self.unsynced = 0;
+        self.file.sync()
     }
 }
 
 impl FileSystem for SlowSyncFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.0.create_dir_all(path)
+        self.fault.create_dir_all(path)
     }
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        Ok(Box::new(SlowSyncFile(self.0.create(path)?)))
+        Ok(self.wrap(path, self.fault.create(path)?))
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        Ok(Box::new(SlowSyncFile(self.0.create_new(path)?)))
+        Ok(self.wrap(path, self.fault.create_new(path)?))
     }
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        Ok(Box::new(SlowSyncFile(self.0.open_append(path)?)))
+        Ok(self.wrap(path, self.fault.open_append(path)?))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        self.0.read(path)
+        self.fault.read(path)
     }
     fn file_len(&self, path: &Path) -> io::Result<u64> {
-        self.0.file_len(path)
+        self.fault.file_len(path)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.rename(from, to)
+        self.fault.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.0.remove_file(path)
+        self.fault.remove_file(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.0.sync_dir(path)
+        self.fault.sync_dir(path)
     }
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.0.list_dir(path)
+        self.fault.list_dir(path)
     }
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
-        self.0.truncate(path, len)
+        self.fault.truncate(path, len)
     }
     fn link_or_copy(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.0.link_or_copy(from, to)
+        self.fault.link_or_copy(from, to)
     }
 }
 
@@ -196,7 +229,10 @@ fn fault_options(fs: &FaultFs) -> Options {
         // Small memtables: the cuts and failures also land in memtable
         // switches and flushes.
         memtable_bytes: 16 << 10,
-        fs: Arc::new(SlowSyncFs(fs.clone())),
+        fs: Arc::new(SlowSyncFs {
+            fault: fs.clone(),
+            ..SlowSyncFs::default()
+        }),
         ..Options::default()
     }
 }
@@ -286,4 +322,73 @@ fn a_failed_group_append_or_sync_fails_every_writer() {
         let db = Db::open(&dir, fault_options(&fs)).expect("reopen");
         check_prefixes(&db, &acked, &what);
     }
+}
+
+/// A power cut before a group's fsync, with the log's unsynced pages
+/// written back in random order (a lost page may come before a kept one):
+/// the database opens with the default recovery and `sync_writes` (a
+/// group is one record, so what the cut leaves is a torn tail, never a
+/// hole with intact records after it, which a synced log reports as
+/// corruption), and every acknowledged batch is there. Found by review:
+/// with one record per batch, 8 of 24 such cuts left a database that
+/// refused to open.
+#[test]
+fn a_power_cut_in_a_group_append_leaves_an_openable_log() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let mut cut_in_a_group = 0;
+    for seed in 0..24u64 {
+        let dir = base.path().join(format!("seed{seed}"));
+        let fault = FaultFs::new();
+        let fs = SlowSyncFs {
+            fault: fault.clone(),
+            ..SlowSyncFs::default()
+        };
+        let opts = || Options {
+            sync_writes: true,
+            fs: Arc::new(fs.clone()),
+            ..Options::default()
+        };
+        let db = Db::open(&dir, opts()).expect("open");
+        fs.cut_at_group_sync.store(true, Ordering::SeqCst);
+        // Batches of about 5 KB: two or more in one append are a group.
+        let start = Barrier::new(THREADS as usize);
+        let acked: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (db, start, acked) = (&db, &start, &acked);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..200 {
+                        let mut b = WriteBatch::new();
+                        b.put(key(t, i), vec![t as u8; 2500]);
+                        b.put(format!("{}/twin", key(t, i)), vec![t as u8; 2500]);
+                        if db.write(&b).is_err() {
+                            return;
+                        }
+                        acked[t as usize].store(i + 1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        drop(db);
+        if !fs.cut_at_group_sync.load(Ordering::SeqCst) {
+            cut_in_a_group += 1;
+        }
+        fault.set_writeback(Writeback::RandomPages { seed });
+        fault.reboot().expect("reboot");
+        let db = Db::open(&dir, opts())
+            .unwrap_or_else(|e| panic!("seed {seed}: the cut log does not open: {e}"));
+        for (t, n) in acked.iter().enumerate() {
+            for i in 0..n.load(Ordering::Relaxed) {
+                assert!(
+                    db.get(key(t as u64, i)).expect("get").is_some(),
+                    "seed {seed}: acknowledged {t}/{i} lost"
+                );
+            }
+        }
+    }
+    assert!(
+        cut_in_a_group >= 12,
+        "only {cut_in_a_group} of 24 cuts hit a group"
+    );
 }
