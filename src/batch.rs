@@ -200,8 +200,8 @@ pub(crate) struct PayloadOp<'a> {
 
 /// Reads an encoded batch in place: its first sequence number and an
 /// iterator over its operations, which copies nothing (a write group's
-/// leader inserts its members' operations into the memtable straight from
-/// their log payloads). An `Err` says why the payload is malformed; the
+/// leader inserts the group's operations into the memtable straight from
+/// its log record). An `Err` says why the payload is malformed; the
 /// iterator yields at most one `Err`, then ends.
 pub(crate) fn read_payload(
     payload: &[u8],

@@ -3,9 +3,11 @@
 //! # Write path
 //! 1. Validate every key and value of the batch (nothing is written if one
 //!    is bad).
-//! 2. Encode it as a log payload and join a write group
-//!    ([`crate::write_group`]): batches whose writers arrive while another
-//!    group is being committed are committed together by one leader.
+//! 2. Encode it as a log payload, outside every lock. With `sync_writes`,
+//!    join a write group ([`crate::write_group`]): batches whose writers
+//!    arrive while another group is being committed are committed together
+//!    by one leader. Without it, the writer commits its batch alone (a
+//!    group of one).
 //! 3. The leader, under the writer lock: makes room (freeze a full memtable,
 //!    start a new log; wait if flushes or level-0 compactions fall behind),
 //!    assigns each batch consecutive sequence numbers, appends the group to
