@@ -1704,7 +1704,7 @@ impl DbInner {
             return Ok(());
         }
         // Encoded here, outside every lock; the group's leader numbers it.
-        let write = PendingWrite {
+        let mut write = PendingWrite {
             payload: batch.encode(0),
             ops: batch.len() as u64,
             data_bytes: batch.data_bytes() as u64,
@@ -1716,7 +1716,6 @@ impl DbInner {
             // Unsynced writes take the writer lock one at a time: grouping
             // them saves a `write` system call each but measured slower
             // (docs/benchmarks.md, "Writes: group commit").
-            let mut write = write;
             let mut w = self.writer.lock();
             let mut results = self.commit_group(&mut w, std::slice::from_mut(&mut write));
             results

@@ -1,6 +1,8 @@
 //! Group commit: writers that arrive while another write is being logged
-//! are logged together, as one record (and one fsync under
-//! `sync_writes`) for the whole group.
+//! are logged together, as one record and one fsync for the whole group.
+//! `Db` queues its writes here only under `sync_writes`; unsynced writes
+//! commit one at a time under the writer lock, which measured faster
+//! (docs/benchmarks.md, "Writes: group commit").
 //!
 //! # Protocol
 //!
@@ -9,7 +11,7 @@
 //!
 //! * If no group is being committed, it **leads** a group of itself (the
 //!   common case without concurrent writers: two uncontended locks more
-//!   than a plain mutex, no allocation).
+//!   than a plain mutex, and no allocation in the queue).
 //! * Otherwise it waits in line on its own ticket. When the group before
 //!   it is committed, its leader hands each member its result and the lead
 //!   to the first writer in line, which takes the writers queued behind it
@@ -24,10 +26,10 @@
 //! small write is not held behind a megabyte of others).
 //!
 //! A waiting writer spins briefly, then yields, before it sleeps: a group
-//! of unsynced writes commits in a few microseconds, less than waking a
-//! sleeping thread takes on a virtual machine (a version that slept at once
-//! loaded at a third of the speed; docs/benchmarks.md, "Writes: group
-//! commit").
+//! that commits in a few microseconds hands the lead on sooner than a
+//! sleeping thread wakes on a virtual machine (a version that slept at once
+//! loaded unsynced writes at a third of the speed; docs/benchmarks.md,
+//! "Writes: group commit"), while a writer behind an fsync soon sleeps.
 //!
 //! A panic in a commit (a bug) still hands every member an error and the
 //! lead on: no writer waits forever.
