@@ -461,6 +461,12 @@ pub struct BloomLayout {
     /// The low `probes` bits set (at most 16): the AVX-512 path's probe
     /// lanes, or the pattern it deposits into the lanes of first occurrences.
     probe_lanes: u32,
+    /// `query == Query::Avx2Shapes`, kept apart from `query` so that
+    /// `Filter::may_contain`'s two direct-call tests stay two tests of two
+    /// bytes: on one byte LLVM merged them into a switch that tested the
+    /// AVX2 value first, two more instructions before every AVX-512 query.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    shapes_avx2: bool,
 }
 
 impl BloomLayout {
@@ -503,6 +509,7 @@ impl BloomLayout {
                 }
             })),
             probe_lanes: ((1u64 << probes.min(16)) - 1) as u32,
+            shapes_avx2: false,
         };
         Some(layout.with_path(QueryPath::detect()))
     }
@@ -525,15 +532,19 @@ impl BloomLayout {
                 }
             })),
             probe_lanes: 1,
+            shapes_avx2: false,
         }
     }
 
     /// This layout queried through `path`, with the query function chosen
     /// for it.
     fn with_path(self, path: QueryPath) -> BloomLayout {
+        let query = Query::choose(path, self.scheme, self.probes, self.num_lines);
         BloomLayout {
             path,
-            query: Query::choose(path, self.scheme, self.probes, self.num_lines),
+            query,
+            #[cfg(target_arch = "x86_64")]
+            shapes_avx2: query == Query::Avx2Shapes,
             ..self
         }
     }
@@ -608,7 +619,7 @@ impl BloomLayout {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(crate) fn queries_shapes_avx2(&self) -> bool {
-        self.query == Query::Avx2Shapes
+        self.shapes_avx2
     }
 
     /// Queries `bytes` (already validated by [`parse`](Self::parse)).
@@ -1085,9 +1096,32 @@ impl Query {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn shapes8_avx512(filter: &super::Filter, key_hash: u64) -> bool {
+    // Built for a CPU with these features (`-C target-cpu=native` on one),
+    // the intrinsics function inlines into the caller, which is best.
+    #[cfg(all(
+        target_feature = "avx512f",
+        target_feature = "avx512vl",
+        target_feature = "bmi2"
+    ))]
     // SAFETY: the caller's: this is the filter's own query function, and
     // `Filter`'s `BloomLines` contract holds.
-    unsafe { avx512::may_contain_shapes::<super::Filter, true>(filter, key_hash) }
+    unsafe {
+        avx512::may_contain_shapes::<super::Filter, true>(filter, key_hash)
+    }
+    // Otherwise a `#[target_feature]` function cannot inline into its
+    // caller, and the call costs what the query costs; the same
+    // instructions in `asm!` can (see `inline_asm`).
+    #[cfg(not(all(
+        target_feature = "avx512f",
+        target_feature = "avx512vl",
+        target_feature = "bmi2"
+    )))]
+    // SAFETY: the caller's (the layout chose this query, so the CPU has
+    // AVX-512 F and VL and BMI2, and the filter has at most 8 probes and
+    // at least one line); `Filter`'s `BloomLines` contract holds.
+    unsafe {
+        inline_asm::may_contain_shapes8(filter, key_hash)
+    }
 }
 
 /// Runs the query [`BloomLayout::queries_shapes_avx2`] names on a decoded
@@ -1103,9 +1137,21 @@ pub(crate) unsafe fn shapes8_avx512(filter: &super::Filter, key_hash: u64) -> bo
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn shapes_avx2(filter: &super::Filter, key_hash: u64) -> bool {
+    // As in `shapes8_avx512`: the intrinsics when they can inline, else
+    // the same query in `asm!`.
+    #[cfg(target_feature = "avx2")]
     // SAFETY: the caller's: this is the filter's own query function, and
     // `Filter`'s `BloomLines` contract holds.
-    unsafe { avx2::may_contain_shapes::<super::Filter>(filter, key_hash) }
+    unsafe {
+        avx2::may_contain_shapes::<super::Filter>(filter, key_hash)
+    }
+    #[cfg(not(target_feature = "avx2"))]
+    // SAFETY: the caller's (the layout chose this query, so the CPU has
+    // AVX2, and the filter has at most 8 probes and at least one line);
+    // `Filter`'s `BloomLines` contract holds.
+    unsafe {
+        inline_asm_avx2::may_contain_shapes8(filter, key_hash)
+    }
 }
 
 /// The query of a filter built from no keys: nothing is in it.
@@ -1129,6 +1175,195 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
     // SAFETY: `line < num_lines` (fastrange with `num_lines >= 1`), so the
     // line's 64 bytes are inside the caller's `num_lines * 64`.
     unsafe { lines.add(line * LINE_BYTES) }
+}
+
+/// The AVX-512 query of up to 8 probes written as one `asm!` block, for
+/// builds whose baseline lacks AVX-512 (the default `x86_64` target).
+///
+/// A `#[target_feature(enable = "avx512f")]` function cannot inline into a
+/// caller compiled without those features, so every query through it pays
+/// a call, and the loads of the filter's fields and constants that a loop
+/// around an inlined query would do once: 30 instructions a query in the
+/// query loop of `examples/filter_race.rs` through that function, 19 with
+/// the intrinsics inlined (built with `-C target-cpu=native`), 24 with
+/// this block (`objdump -d`).
+/// At 1,000,000 keys the query is bound by how many of them the CPU keeps
+/// in flight, which its instruction count sets (docs/filters.md), so the
+/// call was a large part of its time. `asm!` is not bound by the
+/// function's features: this block inlines anywhere, and the caller's
+/// loop keeps the fields and the table's address in registers.
+#[cfg(all(
+    target_arch = "x86_64",
+    not(all(
+        target_feature = "avx512f",
+        target_feature = "avx512vl",
+        target_feature = "bmi2"
+    ))
+))]
+mod inline_asm {
+    use super::{BloomLayout, BloomLines, SHAPES_8, SHAPE_OFFSET_MASK_8};
+
+    /// Same answer as `avx512::may_contain_shapes::<_, true>`, instruction
+    /// for instruction (its comments explain each step), with the state
+    /// and line offset computed as there.
+    ///
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1, `probes` at most 8, and the CPU must
+    /// support AVX-512 F and VL and BMI2.
+    #[inline(always)]
+    pub(super) unsafe fn may_contain_shapes8<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+        let layout = filter.layout();
+        let hit: u8;
+        // SAFETY: reads 32 bytes of `SHAPES_8` at `hash & SHAPE_OFFSET_MASK_8`
+        // (at most 127 x 32: one entry of the 128), the 64-byte line
+        // `fastrange32(hash, num_lines)` of the `num_lines * 64` bytes at
+        // `lines` (`F`'s contract; `num_lines >= 1`: caller) and the 32
+        // bytes of `layout.first_lane_ones` (`layout` is a live `&`, the
+        // field at its offset), nothing else; writes
+        // only the registers it names. The CPU runs every instruction
+        // (caller). The vector registers: declaring `xmm0`..`xmm15`
+        // clobbered clobbers the whole of `ymm`/`zmm0`..`15` (one register
+        // to the compiler), which `vzeroupper` touches; it leaves the
+        // upper halves clean for SSE code after the block, as the
+        // `#[target_feature]` function's return does.
+        unsafe {
+            std::arch::asm!(
+                "rorx {state}, {hash}, 32",
+                "or {state:e}, 1",
+                "mov eax, {hash:e}",
+                "mul {num_lines:e}",
+                "shl rdx, 6",
+                "and {hash:e}, {shape_mask}",
+                "vpbroadcastd ymm0, {state:e}",
+                "vpmulld ymm0, ymm0, ymmword ptr [{shapes} + {hash}]",
+                "vpsrld ymm1, ymm0, 28",
+                "vpermd zmm1, zmm1, zmmword ptr [{lines} + rdx]",
+                "vpsrld ymm0, ymm0, 23",
+                "vmovdqu ymm2, ymmword ptr [{layout} + {ones}]",
+                "vprolvd ymm0, ymm2, ymm0",
+                "vptest ymm1, ymm0",
+                "setc {hit}",
+                "vzeroupper",
+                hash = inout(reg) key_hash => _,
+                state = out(reg) _,
+                layout = in(reg) layout,
+                num_lines = in(reg) layout.num_lines,
+                shape_mask = const SHAPE_OFFSET_MASK_8,
+                shapes = in(reg) SHAPES_8.0.as_ptr(),
+                lines = in(reg) filter.lines(),
+                ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
+                hit = out(reg_byte) hit,
+                out("eax") _,
+                out("rdx") _,
+                out("xmm0") _,
+                out("xmm1") _,
+                out("xmm2") _,
+                out("xmm3") _,
+                out("xmm4") _,
+                out("xmm5") _,
+                out("xmm6") _,
+                out("xmm7") _,
+                out("xmm8") _,
+                out("xmm9") _,
+                out("xmm10") _,
+                out("xmm11") _,
+                out("xmm12") _,
+                out("xmm13") _,
+                out("xmm14") _,
+                out("xmm15") _,
+                options(pure, readonly, nostack),
+            );
+        }
+        hit != 0
+    }
+}
+
+/// The AVX2 query of up to 8 probes as one `asm!` block, for builds whose
+/// baseline lacks AVX2 (the default `x86_64` target): inlinable for the
+/// reason given at [`inline_asm`].
+#[cfg(all(target_arch = "x86_64", not(target_feature = "avx2")))]
+mod inline_asm_avx2 {
+    use super::{BloomLayout, BloomLines, SHAPES_8, SHAPE_OFFSET_MASK_8};
+
+    /// Same answer as `avx2::may_contain_shapes`, step for step (its
+    /// comments and `avx2::missing_bits`'s explain each one): the state
+    /// broadcast and multiplied by the shape entry; each lane's word from
+    /// two permutes of the line's halves and a blend on the lane's sign
+    /// bit; the wanted bit `1 << ((x << 4) >> 27)` in the first `probes`
+    /// lanes; carry set when every wanted bit is in its word.
+    ///
+    /// # Safety
+    ///
+    /// `num_lines` must be at least 1, `probes` at most 8, and the CPU must
+    /// support AVX2.
+    #[inline(always)]
+    pub(super) unsafe fn may_contain_shapes8<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
+        let layout = filter.layout();
+        let hit: u8;
+        // SAFETY: reads 32 bytes of `SHAPES_8` at `hash & SHAPE_OFFSET_MASK_8`
+        // (one entry of the 128), the 64-byte line `fastrange32(hash,
+        // num_lines)` of the `num_lines * 64` bytes at `lines` (`F`'s
+        // contract; `num_lines >= 1`: caller) and the 32 bytes of
+        // `layout.first_lane_ones` (a live `&`), nothing else; writes only the
+        // registers it names. The CPU runs every instruction (caller). The
+        // vector registers are declared clobbered as in
+        // `inline_asm::may_contain_shapes8`, for `vzeroupper`.
+        unsafe {
+            std::arch::asm!(
+                "mov {state}, {hash}",
+                "shr {state}, 32",
+                "or {state:e}, 1",
+                "mov eax, {hash:e}",
+                "mul {num_lines:e}",
+                "shl rdx, 6",
+                "and {hash:e}, {shape_mask}",
+                "vmovd xmm0, {state:e}",
+                "vpbroadcastd ymm0, xmm0",
+                "vpmulld ymm0, ymm0, ymmword ptr [{shapes} + {hash}]",
+                "vpsrld ymm1, ymm0, 28",
+                "vpermd ymm2, ymm1, ymmword ptr [{lines} + rdx]",
+                "vpermd ymm1, ymm1, ymmword ptr [{lines} + rdx + 32]",
+                "vblendvps ymm1, ymm2, ymm1, ymm0",
+                "vpslld ymm0, ymm0, 4",
+                "vpsrld ymm0, ymm0, 27",
+                "vmovdqu ymm2, ymmword ptr [{layout} + {ones}]",
+                "vpsllvd ymm0, ymm2, ymm0",
+                "vptest ymm1, ymm0",
+                "setc {hit}",
+                "vzeroupper",
+                hash = inout(reg) key_hash => _,
+                state = out(reg) _,
+                layout = in(reg) layout,
+                num_lines = in(reg) layout.num_lines,
+                shape_mask = const SHAPE_OFFSET_MASK_8,
+                shapes = in(reg) SHAPES_8.0.as_ptr(),
+                lines = in(reg) filter.lines(),
+                ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
+                hit = out(reg_byte) hit,
+                out("eax") _,
+                out("rdx") _,
+                out("xmm0") _,
+                out("xmm1") _,
+                out("xmm2") _,
+                out("xmm3") _,
+                out("xmm4") _,
+                out("xmm5") _,
+                out("xmm6") _,
+                out("xmm7") _,
+                out("xmm8") _,
+                out("xmm9") _,
+                out("xmm10") _,
+                out("xmm11") _,
+                out("xmm12") _,
+                out("xmm13") _,
+                out("xmm14") _,
+                out("xmm15") _,
+                options(pure, readonly, nostack),
+            );
+        }
+        hit != 0
+    }
 }
 
 /// The scalar query; see [`Query::Scalar`].

@@ -593,8 +593,10 @@ impl Filter {
     #[inline]
     pub fn may_contain(&self, key_hash: u64) -> bool {
         // The most common queries (Bloom format 0x07, at most 8 probes, on
-        // AVX-512 or else AVX2) as direct calls: measured faster than the
-        // indirect one (docs/filters.md, "Format 0x07").
+        // AVX-512 or else AVX2) inline, written in `asm!` so that they can
+        // (`bloom::inline_asm`): measured faster than a direct call, which
+        // was faster than the indirect one (docs/filters.md, "Format
+        // 0x07" and "The query inlined").
         #[cfg(target_arch = "x86_64")]
         if self.bloom.queries_shapes8_avx512() {
             // SAFETY: the layout says its query is this function (and so
