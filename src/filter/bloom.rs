@@ -2532,6 +2532,69 @@ mod tests {
         }
     }
 
+    /// The inline queries (`inline_asm`, `inline_asm_avx2`) declare every
+    /// vector register they touch clobbered (and `vzeroupper` touches the
+    /// upper halves of sixteen): a caller compiled with AVX2 that keeps
+    /// twelve 256-bit accumulators live across each query ends with the
+    /// same accumulators as without the queries, on every path. Without
+    /// the declarations the compiler may leave accumulators in
+    /// `ymm0`-`ymm15` across the query, which rewrites or halves them
+    /// (this test failed, in the thirty-third session, with only three
+    /// registers declared).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn inline_queries_keep_the_callers_vector_registers() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let hashes: Vec<u64> = (0..5_000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 29))
+            .collect();
+        let bytes = build_lines(&hashes[..2_000], 40, 7);
+        for path in QueryPath::available() {
+            let filter = crate::filter::Filter::decode(&bytes)
+                .with_bloom_path(path.name())
+                .expect("a path this CPU runs");
+            // SAFETY: the CPU has AVX2 (checked above).
+            let (with, hits) = unsafe { accumulate(&filter, &hashes, true) };
+            // SAFETY: as above.
+            let (without, _) = unsafe { accumulate(&filter, &hashes, false) };
+            assert_eq!(with, without, "{path:?}");
+            assert!((2_000..5_000).contains(&hits), "{path:?}: {hits}");
+        }
+    }
+
+    /// Twelve 256-bit sums of `hashes`, each lane with its own offset,
+    /// with a query of `filter` between the additions when `query`; and
+    /// the number of hits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn accumulate(
+        filter: &crate::filter::Filter,
+        hashes: &[u64],
+        query: bool,
+    ) -> (Vec<u64>, usize) {
+        use std::arch::x86_64::*;
+        let mut acc: [__m256i; 12] =
+            std::array::from_fn(|i| _mm256_set1_epi64x(i as i64 * 0x0101_0101));
+        let mut hits = 0;
+        for &h in hashes {
+            if query {
+                hits += usize::from(filter.may_contain(std::hint::black_box(h)));
+            }
+            for (i, a) in acc.iter_mut().enumerate() {
+                let lane = _mm256_set_epi64x(h as i64, (h >> 1) as i64, (h >> 2) as i64, i as i64);
+                *a = _mm256_add_epi64(_mm256_xor_si256(*a, lane), lane);
+            }
+        }
+        let mut out = vec![0u64; 48];
+        for (i, a) in acc.iter().enumerate() {
+            // SAFETY: `out` holds 48 u64: 4 per accumulator.
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(4 * i).cast(), *a) };
+        }
+        (out, hits)
+    }
+
     /// The states with the fewest distinct values among their first sixteen
     /// chain values (ten: found by the exhaustive scan below), around the
     /// probe counts where the AVX-512 query starts counting them (9..=12):
