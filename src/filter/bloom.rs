@@ -462,9 +462,10 @@ pub struct BloomLayout {
     /// lanes, or the pattern it deposits into the lanes of first occurrences.
     probe_lanes: u32,
     /// `query == Query::Avx2Shapes`, kept apart from `query` so that
-    /// `Filter::may_contain`'s two direct-call tests stay two tests of two
-    /// bytes: on one byte LLVM merged them into a switch that tested the
-    /// AVX2 value first, two more instructions before every AVX-512 query.
+    /// `Filter::may_contain`'s two tests for its inline queries stay two
+    /// tests of two bytes: on one byte LLVM merged them into a switch that
+    /// tested the AVX2 value first, two more instructions before every
+    /// AVX-512 query in a loop whose test is not hoisted.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     shapes_avx2: bool,
 }
@@ -1085,9 +1086,11 @@ impl Query {
 }
 
 /// Runs the query [`BloomLayout::queries_shapes8_avx512`] names on a decoded
-/// filter: a direct call, which [`Filter::may_contain`](super::Filter::may_contain)
-/// makes instead of calling through its function pointer (the indirect call
-/// measured up to 0.4 ns slower per query, docs/filters.md).
+/// filter, inline: [`Filter::may_contain`](super::Filter::may_contain) runs
+/// it instead of calling through its function pointer (the indirect call
+/// measured up to 0.4 ns slower per query than a direct one, and the query
+/// inlined faster than the direct call on AMD Zen 4: docs/filters.md,
+/// "Thirty-sixth session").
 ///
 /// # Safety
 ///
@@ -1189,9 +1192,15 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
 /// this block (`objdump -d`).
 /// At 1,000,000 keys the query is bound by how many of them the CPU keeps
 /// in flight, which its instruction count sets (docs/filters.md), so the
-/// call was a large part of its time. `asm!` is not bound by the
+/// call was a large part of its time (docs/filters.md, "Thirty-sixth
+/// session": 1.10x-1.13x sbbf-rs-safe's time through the call, 0.93x-0.95x
+/// inlined, in `filter_race` on AMD Zen 4). `asm!` is not bound by the
 /// function's features: this block inlines anywhere, and the caller's
-/// loop keeps the fields and the table's address in registers.
+/// loop keeps the fields and the table's address in registers. (The
+/// thirty-third session measured an earlier version of this on an Intel
+/// Xeon slower in the criterion bench, whose loop keeps the query-kind
+/// test, and reverted it; on Zen 4 that bench shows no slowdown: same
+/// section.)
 #[cfg(all(
     target_arch = "x86_64",
     not(all(
@@ -1203,9 +1212,11 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
 mod inline_asm {
     use super::{BloomLayout, BloomLines, SHAPES_8, SHAPE_OFFSET_MASK_8};
 
-    /// Same answer as `avx512::may_contain_shapes::<_, true>`, instruction
-    /// for instruction (its comments explain each step), with the state
-    /// and line offset computed as there.
+    /// Same answer as `avx512::may_contain_shapes::<_, true>`, with the
+    /// same instructions (its comments explain each step) but for three
+    /// differences: `mul` takes `num_lines` in a register (which a loop
+    /// of queries loads once), `first_lane_ones` is loaded unaligned, and
+    /// the block ends with `vzeroupper`, as that function's return does.
     ///
     /// # Safety
     ///

@@ -594,9 +594,9 @@ impl Filter {
     pub fn may_contain(&self, key_hash: u64) -> bool {
         // The most common queries (Bloom format 0x07, at most 8 probes, on
         // AVX-512 or else AVX2) inline, written in `asm!` so that they can
-        // (`bloom::inline_asm`): measured faster than a direct call, which
-        // was faster than the indirect one (docs/filters.md, "Format
-        // 0x07" and "The query inlined").
+        // (`bloom::inline_asm`): measured faster than a direct call on AMD
+        // Zen 4, which was faster than the indirect one (docs/filters.md,
+        // "Format 0x07" and the issue-2 targets' "Thirty-sixth session").
         #[cfg(target_arch = "x86_64")]
         if self.bloom.queries_shapes8_avx512() {
             // SAFETY: the layout says its query is this function (and so
