@@ -1180,6 +1180,65 @@ unsafe fn line_ptr(layout: &BloomLayout, lines: *const u8, key_hash: u64) -> *co
     unsafe { lines.add(line * LINE_BYTES) }
 }
 
+/// One of the inline Bloom queries (`inline_asm`, `inline_asm_avx2`): the
+/// `asm!` template lines given, with the operands both share. In: `hash`
+/// (the key hash, rewritten), `layout` (the `BloomLayout`, whose
+/// `first_lane_ones` is at `layout + ones`), `num_lines`, `shape_mask`,
+/// `shapes` (`SHAPES_8`), `lines` (the filter's lines). Out: `state` (a
+/// scratch register), `hit` (the answer, 0 or 1), `eax` and `rdx` (for
+/// `mul`). Every vector register from 0 to 15 is declared clobbered:
+/// declaring `xmmN` clobbers all of `ymmN`/`zmmN` (one register to the
+/// compiler), and the templates end with `vzeroupper`, which touches the
+/// upper halves of all sixteen. Evaluates to the answer; must be expanded
+/// inside an `unsafe` block whose comment justifies the template's reads.
+#[cfg(all(
+    target_arch = "x86_64",
+    not(all(
+        target_feature = "avx512f",
+        target_feature = "avx512vl",
+        target_feature = "bmi2"
+    ))
+))]
+macro_rules! shapes8_query_asm {
+    ($filter:expr, $key_hash:expr, $($line:literal,)+) => {{
+        let filter = $filter;
+        let layout = filter.layout();
+        let hit: u8;
+        std::arch::asm!(
+            $($line,)+
+            hash = inout(reg) $key_hash => _,
+            state = out(reg) _,
+            layout = in(reg) layout,
+            num_lines = in(reg) layout.num_lines,
+            shape_mask = const SHAPE_OFFSET_MASK_8,
+            shapes = in(reg) SHAPES_8.0.as_ptr(),
+            lines = in(reg) filter.lines(),
+            ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
+            hit = out(reg_byte) hit,
+            out("eax") _,
+            out("rdx") _,
+            out("xmm0") _,
+            out("xmm1") _,
+            out("xmm2") _,
+            out("xmm3") _,
+            out("xmm4") _,
+            out("xmm5") _,
+            out("xmm6") _,
+            out("xmm7") _,
+            out("xmm8") _,
+            out("xmm9") _,
+            out("xmm10") _,
+            out("xmm11") _,
+            out("xmm12") _,
+            out("xmm13") _,
+            out("xmm14") _,
+            out("xmm15") _,
+            options(pure, readonly, nostack),
+        );
+        hit != 0
+    }};
+}
+
 /// The AVX-512 query of up to 8 probes written as one `asm!` block, for
 /// builds whose baseline lacks AVX-512 (the default `x86_64` target).
 ///
@@ -1224,22 +1283,21 @@ mod inline_asm {
     /// support AVX-512 F and VL and BMI2.
     #[inline(always)]
     pub(super) unsafe fn may_contain_shapes8<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
-        let layout = filter.layout();
-        let hit: u8;
         // SAFETY: reads 32 bytes of `SHAPES_8` at `hash & SHAPE_OFFSET_MASK_8`
         // (at most 127 x 32: one entry of the 128), the 64-byte line
         // `fastrange32(hash, num_lines)` of the `num_lines * 64` bytes at
         // `lines` (`F`'s contract; `num_lines >= 1`: caller) and the 32
         // bytes of `layout.first_lane_ones` (`layout` is a live `&`, the
-        // field at its offset), nothing else; writes
-        // only the registers it names. The CPU runs every instruction
-        // (caller). The vector registers: declaring `xmm0`..`xmm15`
-        // clobbered clobbers the whole of `ymm`/`zmm0`..`15` (one register
-        // to the compiler), which `vzeroupper` touches; it leaves the
-        // upper halves clean for SSE code after the block, as the
-        // `#[target_feature]` function's return does.
+        // field at its offset), nothing else; writes only the registers
+        // `shapes8_query_asm` declares (all the vector registers
+        // `vzeroupper` touches among them). The CPU runs every
+        // instruction (caller). `vzeroupper` leaves the upper halves clean
+        // for SSE code after the block, as the `#[target_feature]`
+        // function's return does.
         unsafe {
-            std::arch::asm!(
+            shapes8_query_asm!(
+                filter,
+                key_hash,
                 "rorx {state}, {hash}, 32",
                 "or {state:e}, 1",
                 "mov eax, {hash:e}",
@@ -1256,37 +1314,8 @@ mod inline_asm {
                 "vptest ymm1, ymm0",
                 "setc {hit}",
                 "vzeroupper",
-                hash = inout(reg) key_hash => _,
-                state = out(reg) _,
-                layout = in(reg) layout,
-                num_lines = in(reg) layout.num_lines,
-                shape_mask = const SHAPE_OFFSET_MASK_8,
-                shapes = in(reg) SHAPES_8.0.as_ptr(),
-                lines = in(reg) filter.lines(),
-                ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
-                hit = out(reg_byte) hit,
-                out("eax") _,
-                out("rdx") _,
-                out("xmm0") _,
-                out("xmm1") _,
-                out("xmm2") _,
-                out("xmm3") _,
-                out("xmm4") _,
-                out("xmm5") _,
-                out("xmm6") _,
-                out("xmm7") _,
-                out("xmm8") _,
-                out("xmm9") _,
-                out("xmm10") _,
-                out("xmm11") _,
-                out("xmm12") _,
-                out("xmm13") _,
-                out("xmm14") _,
-                out("xmm15") _,
-                options(pure, readonly, nostack),
-            );
+            )
         }
-        hit != 0
     }
 }
 
@@ -1310,18 +1339,18 @@ mod inline_asm_avx2 {
     /// support AVX2.
     #[inline(always)]
     pub(super) unsafe fn may_contain_shapes8<F: BloomLines>(filter: &F, key_hash: u64) -> bool {
-        let layout = filter.layout();
-        let hit: u8;
         // SAFETY: reads 32 bytes of `SHAPES_8` at `hash & SHAPE_OFFSET_MASK_8`
         // (one entry of the 128), the 64-byte line `fastrange32(hash,
         // num_lines)` of the `num_lines * 64` bytes at `lines` (`F`'s
         // contract; `num_lines >= 1`: caller) and the 32 bytes of
-        // `layout.first_lane_ones` (a live `&`), nothing else; writes only the
-        // registers it names. The CPU runs every instruction (caller). The
-        // vector registers are declared clobbered as in
-        // `inline_asm::may_contain_shapes8`, for `vzeroupper`.
+        // `layout.first_lane_ones` (a live `&`), nothing else; writes only
+        // the registers `shapes8_query_asm` declares (all the vector
+        // registers `vzeroupper` touches among them). The CPU runs every
+        // instruction (caller).
         unsafe {
-            std::arch::asm!(
+            shapes8_query_asm!(
+                filter,
+                key_hash,
                 "mov {state}, {hash}",
                 "shr {state}, 32",
                 "or {state:e}, 1",
@@ -1343,37 +1372,8 @@ mod inline_asm_avx2 {
                 "vptest ymm1, ymm0",
                 "setc {hit}",
                 "vzeroupper",
-                hash = inout(reg) key_hash => _,
-                state = out(reg) _,
-                layout = in(reg) layout,
-                num_lines = in(reg) layout.num_lines,
-                shape_mask = const SHAPE_OFFSET_MASK_8,
-                shapes = in(reg) SHAPES_8.0.as_ptr(),
-                lines = in(reg) filter.lines(),
-                ones = const std::mem::offset_of!(BloomLayout, first_lane_ones),
-                hit = out(reg_byte) hit,
-                out("eax") _,
-                out("rdx") _,
-                out("xmm0") _,
-                out("xmm1") _,
-                out("xmm2") _,
-                out("xmm3") _,
-                out("xmm4") _,
-                out("xmm5") _,
-                out("xmm6") _,
-                out("xmm7") _,
-                out("xmm8") _,
-                out("xmm9") _,
-                out("xmm10") _,
-                out("xmm11") _,
-                out("xmm12") _,
-                out("xmm13") _,
-                out("xmm14") _,
-                out("xmm15") _,
-                options(pure, readonly, nostack),
-            );
+            )
         }
-        hit != 0
     }
 }
 
