@@ -263,6 +263,55 @@ fn no_last_level_filters_runs_are_labelled_and_agree_with_their_tables() {
     );
 }
 
+/// `--sync-writes`: the run is labelled, every put is one batch, and the
+/// fill phase reports the log's counters: one record per batch for one
+/// writer, fewer (shared fsyncs, group commit) for four; without the flag
+/// four writers still append one record each, as unsynced writes do not
+/// group.
+#[test]
+fn sync_writes_runs_are_labelled_and_report_shared_log_appends() {
+    let counters = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--num",
+            "2000",
+            "--reads",
+            "2000",
+            "--filter",
+            "bloom",
+            "--benchmarks",
+            "fillrandom,readrandom",
+        ];
+        args.extend_from_slice(extra);
+        let report = run_bench(dir.path(), &args);
+        let label = if extra.contains(&"--sync-writes") {
+            "bloom+sync"
+        } else {
+            "bloom"
+        };
+        let run = run_of(&report, label);
+        assert_eq!(f(phase(run, "readrandom"), &["found"]), 2000.0);
+        let fill = phase(run, "fillrandom");
+        (
+            f(fill, &["io", "batches_written"]),
+            f(fill, &["io", "log_appends"]),
+        )
+    };
+    let (batches, appends) = counters(&["--sync-writes"]);
+    assert_eq!((batches, appends), (2000.0, 2000.0));
+    let (batches, appends) = counters(&["--sync-writes", "--threads", "4"]);
+    assert_eq!(batches, 2000.0);
+    // Four writers each waiting about an fsync per put: 2,000 puts with
+    // no two ever in one group would take every fsync ending before the
+    // next writer arrived.
+    assert!(
+        (1.0..batches).contains(&appends),
+        "{appends} appends for {batches} synced batches from 4 threads"
+    );
+    let (batches, appends) = counters(&["--threads", "4"]);
+    assert_eq!((batches, appends), (2000.0, 2000.0));
+}
+
 #[test]
 fn cold_mode_reports_device_bytes() {
     let dir = tempfile::tempdir().unwrap();
@@ -329,6 +378,26 @@ fn bad_arguments_are_rejected_with_a_message() {
             .unwrap();
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("peers"));
+    }
+    // A peer's writes are not synced by the program: with one selected,
+    // `--sync-writes` is refused rather than compared (only reachable in
+    // a build with a peer).
+    for (feature, peer) in [
+        (cfg!(feature = "peer-rocksdb"), "sievedb,rocksdb"),
+        (cfg!(feature = "peer-fjall"), "sievedb,fjall"),
+    ] {
+        if !feature {
+            continue;
+        }
+        let out = Command::new(BIN)
+            .args(["--engine", peer, "--num", "100", "--sync-writes"])
+            .arg("--dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{peer}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--sync-writes is for sievedb only"), "{err}");
     }
 }
 

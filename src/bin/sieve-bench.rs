@@ -136,6 +136,14 @@ struct Args {
     /// always compact in the background.
     #[arg(long)]
     background_compaction: bool,
+    /// sievedb fsyncs every write's log record before the write returns
+    /// (`Options::sync_writes`; writers waiting on one fsync share it: group
+    /// commit). The policy column then reads e.g. `bloom+sync`; fill rows
+    /// with `--threads` above 1 show how many writers one fsync serves.
+    /// sievedb only: refused with a peer engine, whose writes here are not
+    /// synced and would not compare.
+    #[arg(long)]
+    sync_writes: bool,
     /// sievedb's memtable size in KiB [default: the engine's, 4096].
     #[arg(long)]
     memtable_kib: Option<u64>,
@@ -302,6 +310,14 @@ fn plan(args: &Args) -> BenchResult<Plan> {
             "--engine needs at least one engine".into(),
         ));
     }
+    if args.sync_writes {
+        if let Some(peer) = args.engine.iter().find(|e| *e != "sievedb") {
+            return Err(BenchError::Invalid(format!(
+                "--sync-writes is for sievedb only: {peer}'s writes are not synced here \
+                 and would not compare"
+            )));
+        }
+    }
     // An engine listed twice would run twice into the same directory and
     // report twice (found by review).
     if let Some(twice) = args
@@ -401,6 +417,7 @@ fn sieve_settings(args: &Args) -> BenchResult<SieveSettings> {
         filter_budget: args.filter_budget.budget(),
         last_level_filters: !args.no_last_level_filters,
         background_compaction: args.background_compaction,
+        sync_writes: args.sync_writes,
         compression: args.compression.compression(),
         memtable_bytes: memtable,
         level1_bytes: kib_to_bytes("--level1-kib", args.level1_kib)?,
@@ -572,6 +589,7 @@ fn run_one(
     let budget = settings.filter_budget;
     let last_level_filters = settings.last_level_filters;
     let compression = settings.compression;
+    let sync_writes = settings.sync_writes;
     let Some(mut engine) = open_engine(engine_name, &dir, policy, args.bits_per_key, settings)?
     else {
         eprintln!("{engine_name} has no {} filter: skipped", policy.name());
@@ -702,6 +720,9 @@ fn run_one(
                 }
                 if compression == Compression::Lz4 {
                     label.push_str("+lz4");
+                }
+                if sync_writes {
+                    label.push_str("+sync");
                 }
                 label
             }

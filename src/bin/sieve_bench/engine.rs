@@ -33,8 +33,9 @@ impl PolicyKind {
     }
 }
 
-/// Read counters an engine reports about itself (sievedb only: the peers'
-/// statistics are not comparable counter by counter).
+/// Read counters an engine reports about itself, and the log's two write
+/// counters (sievedb only: the peers' statistics are not comparable
+/// counter by counter).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ReadIo {
     /// Point reads served.
@@ -61,6 +62,13 @@ pub struct ReadIo {
     pub filter_checks_per_level: [u64; MAX_LEVELS],
     /// Filter false positives per level.
     pub filter_false_positives_per_level: [u64; MAX_LEVELS],
+    /// Write batches committed (each put is one): the log's side of a
+    /// fill phase.
+    pub batches_written: u64,
+    /// Log records appended for them: fewer than `batches_written` when
+    /// synced writers shared records and fsyncs (group commit), so their
+    /// ratio is the mean group size.
+    pub log_appends: u64,
 }
 
 /// Most levels sievedb's options allow (`Options::num_levels` is at most 16).
@@ -101,6 +109,8 @@ impl ReadIo {
                 self.filter_false_positives_per_level[i]
                     .saturating_sub(before.filter_false_positives_per_level[i])
             }),
+            batches_written: self.batches_written.saturating_sub(before.batches_written),
+            log_appends: self.log_appends.saturating_sub(before.log_appends),
         }
     }
 
@@ -122,6 +132,8 @@ impl ReadIo {
             filter_false_positives_per_level: std::array::from_fn(|i| {
                 s.levels.get(i).map_or(0, |l| l.filter_false_positives)
             }),
+            batches_written: s.batches_written,
+            log_appends: s.log_appends,
         }
     }
 }
@@ -235,6 +247,8 @@ pub struct SieveSettings {
     pub last_level_filters: bool,
     /// `Options::background_compaction`.
     pub background_compaction: bool,
+    /// `Options::sync_writes`.
+    pub sync_writes: bool,
     /// `Options::compression`.
     pub compression: Compression,
     /// `Options::memtable_bytes`, if not the default.
@@ -277,6 +291,7 @@ impl SieveEngine {
             filter_budget: settings.filter_budget,
             last_level_filters: settings.last_level_filters,
             background_compaction: settings.background_compaction,
+            sync_writes: settings.sync_writes,
             compression: settings.compression,
             memtable_bytes: settings.memtable_bytes.unwrap_or(defaults.memtable_bytes),
             level1_bytes: settings.level1_bytes.unwrap_or(defaults.level1_bytes),
