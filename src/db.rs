@@ -297,7 +297,9 @@ impl Db {
     /// manifest and removes files no version references. Errors:
     /// [`Error::InvalidArgument`] for bad options, [`Error::Locked`] if the
     /// directory is open elsewhere, [`Error::Io`] (with the path) if it cannot
-    /// be created or read, [`Error::Corruption`] naming a damaged file.
+    /// be created or read, [`Error::Corruption`] naming a damaged file (a
+    /// table the manifest names that is not in the directory is reported
+    /// so, naming the manifest).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         opts.validate()?;
         if path.as_ref().as_os_str().is_empty() {
@@ -480,7 +482,8 @@ impl Db {
                     opts.filter_policy.name(),
                     panic_message(payload.as_ref())
                 ))
-            })??;
+            })?
+            .map_err(|e| missing_table_is_corruption(e, old_manifest, &dir, &path))?;
             check_record_describes_table(record, table.meta(), &path)?;
             handles.push(TableHandle::new(
                 record.clone(),
@@ -1422,6 +1425,45 @@ pub(crate) fn finish_table(mut builder: TableBuilder) -> Result<TableMeta> {
     }
     builder.set_property(KEY_SKETCH_PROPERTY, sketch.to_bytes());
     builder.finish()
+}
+
+/// The error of opening a table the manifest names: a table file that is
+/// not there is the database's damage, not an I/O failure to retry. The
+/// engine deletes a table only after a synced manifest edit stops naming
+/// it, so a missing one means the manifest lost that edit (a damaged last
+/// edit, dropped as torn, reads this way: a compaction's edit whose input
+/// tables were then deleted) or the file was removed behind the engine's
+/// back. Reported as [`Error::Corruption`] naming the manifest, which is
+/// what disagrees with the directory. Other errors pass through.
+fn missing_table_is_corruption(
+    error: Error,
+    manifest: Option<(u64, bool)>,
+    dir: &Path,
+    table: &Path,
+) -> Error {
+    let Error::Io { source, .. } = &error else {
+        return error;
+    };
+    if source.kind() != std::io::ErrorKind::NotFound {
+        return error;
+    }
+    let Some((number, torn)) = manifest else {
+        return error;
+    };
+    let dropped = if torn {
+        " (its last edit was dropped as torn: a damaged compaction edit, complete before it was \
+         damaged, leaves the tables it had replaced named and missing)"
+    } else {
+        ""
+    };
+    Error::corruption(
+        dir.join(manifest_file_name(number)),
+        None,
+        format!(
+            "the manifest names table {}, which is missing{dropped}",
+            table.display()
+        ),
+    )
 }
 
 /// A table must be what the manifest recorded when it was added: the

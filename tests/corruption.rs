@@ -587,6 +587,72 @@ fn a_lost_flush_edit_is_refused_not_silently_dropped() {
     }
 }
 
+/// The same bit rot in a *compaction's* edit: dropped as torn, it leaves
+/// the compaction's input tables named, and the engine had deleted them
+/// once the edit was synced. The open refuses with `Corruption` naming the
+/// manifest (it used to fail with `Error::Io` NotFound on a table, pointing
+/// the operator at a file the engine itself had deleted). Found by review,
+/// thirty-seventh session.
+#[test]
+fn a_lost_compaction_edit_is_corruption_naming_the_manifest() {
+    let base = tempfile::tempdir().expect("tempdir");
+    let pristine = base.path().join("pristine");
+    let opts = || Options {
+        // One manifest, whose last record is the compaction's edit.
+        manifest_roll_bytes: 1 << 20,
+        ..reopen_options()
+    };
+    {
+        let db = Db::open(&pristine, opts()).expect("open");
+        for round in 1..=3 {
+            for b in 1..=10 {
+                db.write(&batch(b + 10 * (round - 1))).expect("write");
+            }
+            db.flush().expect("flush");
+        }
+        db.compact_all().expect("compact");
+        db.close().expect("close");
+    }
+    let manifests = files_matching(&pristine, |n| n.starts_with("MANIFEST-"));
+    assert_eq!(manifests.len(), 1);
+    let name = manifests[0].file_name().expect("name");
+    let damaged = base.path().join("damaged");
+    copy_dir(&pristine, &damaged);
+    let victim = damaged.join(name);
+    let mut bytes = std::fs::read(&victim).expect("manifest");
+    let scan = sievedb::wal::scan_log(&bytes, &victim).expect("scan");
+    let last = scan.records.last().expect("the compaction's edit");
+    // One flipped bit inside the last record's payload: the compaction's
+    // edit (it replaced the three flushed tables by its output).
+    bytes[last.payload.start + 1] ^= 0x04;
+    std::fs::write(&victim, &bytes).expect("write");
+    match Db::open(&damaged, opts()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, victim, "{reason}");
+            assert!(reason.contains("missing"), "{reason}");
+            assert!(reason.contains("dropped as torn"), "{reason}");
+        }
+        Err(e) => panic!("expected Corruption, got {e:?}"),
+        Ok(_) => panic!("opened with the compaction's edit dropped"),
+    }
+    // A table removed behind the engine's back, manifest intact: the same
+    // error, without the dropped edit.
+    let removed = base.path().join("removed");
+    copy_dir(&pristine, &removed);
+    let tables = files_matching(&removed, |n| n.ends_with(".sst"));
+    assert!(!tables.is_empty(), "the compaction's output");
+    std::fs::remove_file(&tables[0]).expect("remove");
+    match Db::open(&removed, opts()) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, removed.join(name), "{reason}");
+            assert!(reason.contains("missing"), "{reason}");
+            assert!(!reason.contains("torn"), "{reason}");
+        }
+        Err(e) => panic!("expected Corruption, got {e:?}"),
+        Ok(_) => panic!("opened without a table the manifest names"),
+    }
+}
+
 /// After a clean close the log ends with a seal, so bit rot in the last
 /// write's record is reported, not read as a torn append (which would drop
 /// that acknowledged write); damage to the seal itself loses nothing.
