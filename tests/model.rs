@@ -34,7 +34,6 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// A scan opened earlier, what it should yield, and where it was opened.
 type Pending = (sievedb::DbIterator, Entries, String);
-/// Whether `k` lies between the bounds.
 /// What a model run draws its keys, values and sizes from.
 struct KeySpace {
     /// A key to write or read.
