@@ -343,6 +343,20 @@ fn cold_mode_reports_device_bytes() {
     assert_eq!(f(phase(run, "readrandom"), &["found"]), 2000.0);
 }
 
+/// The program's output for `args` with `--dir dir`.
+fn run_in<I, S>(dir: &Path, args: I) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(BIN)
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn bad_arguments_are_rejected_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,23 +373,13 @@ fn bad_arguments_are_rejected_with_a_message() {
         vec!["--memtable-kib", "18446744073709551615"],
         vec!["--level1-kib", "0", "--benchmarks", "fillseq,readrandom"],
     ] {
-        let out = Command::new(BIN)
-            .args(&args)
-            .arg("--dir")
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let out = run_in(dir.path(), &args);
         assert!(!out.status.success(), "{args:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("invalid argument"), "{args:?}: {err}");
     }
     if !cfg!(feature = "peer-rocksdb") {
-        let out = Command::new(BIN)
-            .args(["--engine", "sievedb,rocksdb", "--num", "100"])
-            .arg("--dir")
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let out = run_in(dir.path(), ["--engine", "sievedb,rocksdb", "--num", "100"]);
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("peers"));
     }
@@ -389,12 +393,10 @@ fn bad_arguments_are_rejected_with_a_message() {
         if !feature {
             continue;
         }
-        let out = Command::new(BIN)
-            .args(["--engine", peer, "--num", "100", "--sync-writes"])
-            .arg("--dir")
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let out = run_in(
+            dir.path(),
+            ["--engine", peer, "--num", "100", "--sync-writes"],
+        );
         assert!(!out.status.success(), "{peer}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--sync-writes is for sievedb only"), "{err}");
